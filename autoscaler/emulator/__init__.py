@@ -1,0 +1,1 @@
+"""See the package docstring in autoscaler/__init__.py."""
