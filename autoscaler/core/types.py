@@ -1,0 +1,212 @@
+"""The boundary between the pure decision core and everything else.
+
+Adapters (Prometheus, the gateway, actuators, the simulator) build these values; the core reads
+them and returns a ``Decision`` and the next ``Memory``. Times are UTC epoch seconds (floats): the
+core never reads the clock, ``now`` is a parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any, Mapping
+
+
+class Action(StrEnum):
+    HOLD = "hold"
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+
+
+class Reason(StrEnum):
+    """The closed set of reason codes. The README lists each with its meaning."""
+
+    # hold
+    STEADY = "steady"  # capacity fits demand; nothing to do
+    AT_FLOOR = "at_floor"  # demand is low but the fleet is at its effective floor
+    AT_CEILING = "at_ceiling"  # demand wants more groups but the fleet is at its effective ceiling
+    FLOOR_OVER_CAP = "floor_over_cap"  # a schedule cap is below the floor; the floor wins
+    PINNED = "pinned"  # a manual pin holds the fleet at its size
+    FLEET_UNSYNCED = "fleet_unsynced"  # the fleet's state is not known; nothing is decided
+    SIGNAL_UNAVAILABLE = "signal_unavailable"  # a signal could not be read (unreachable, http error, empty, absent)
+    SIGNAL_STALE = "signal_stale"  # a signal's newest sample is older than the staleness limit
+    SIGNAL_INVALID = "signal_invalid"  # a signal is NaN/Inf or has more series than expected
+    ACTION_IN_FLIGHT = "action_in_flight"  # a group is starting or draining; no conflicting action
+    STABILIZING = "stabilizing"  # surplus, but not yet for the whole stabilisation window
+    COOLDOWN = "cooldown"  # surplus, but a scale-up happened less than the cooldown ago
+    FREEZE_WINDOW = "freeze_window"  # surplus, but a freeze window forbids scale-downs
+    DISRUPTION_BUDGET = "disruption_budget"  # surplus, but the hourly budget of starts+drains is spent
+    MIN_UPTIME = "min_uptime"  # surplus, but every candidate group is younger than the minimum uptime
+    NO_GROUP_AVAILABLE = "no_group_available"  # more groups wanted, but none is off and startable
+    # scale_up
+    BELOW_FLOOR = "below_floor"  # fewer active groups than the effective floor
+    UTILIZATION_HIGH = "utilization_high"  # running+queued exceed active groups at target utilisation
+    QUEUE_HIGH = "queue_high"  # queued requests per ready group above the policy's limit
+    SLO_BURN = "slo_burn"  # TTFT percentile over target, caused by queue wait
+    FORECAST_HIGH = "forecast_high"  # forecast demand over the lead time exceeds capacity
+    # scale_up or scale_down
+    PIN = "pin"  # a manual pin asks for a different size
+    # scale_down
+    ABOVE_CEILING = "above_ceiling"  # more active groups than the effective ceiling (a schedule cap)
+    SURPLUS = "surplus"  # the remaining groups carry demand and forecast under the threshold
+
+
+HOLD_REASONS = frozenset(
+    {
+        Reason.STEADY, Reason.AT_FLOOR, Reason.AT_CEILING, Reason.FLOOR_OVER_CAP, Reason.PINNED,
+        Reason.FLEET_UNSYNCED, Reason.SIGNAL_UNAVAILABLE, Reason.SIGNAL_STALE, Reason.SIGNAL_INVALID,
+        Reason.ACTION_IN_FLIGHT, Reason.STABILIZING, Reason.COOLDOWN, Reason.FREEZE_WINDOW,
+        Reason.DISRUPTION_BUDGET, Reason.MIN_UPTIME, Reason.NO_GROUP_AVAILABLE,
+    }
+)  # fmt: skip
+
+
+class Phase(StrEnum):
+    """A group's life: off -> starting -> ready -> draining -> stopping -> off (failed: gave up)."""
+
+    OFF = "off"
+    STARTING = "starting"  # nodes launching, weights loading, registering with the gateway
+    READY = "ready"  # serving
+    DRAINING = "draining"  # removed from routing; in-flight requests finish
+    STOPPING = "stopping"
+    FAILED = "failed"  # a start or stop failed; not capacity, not startable until an operator clears it
+
+
+# Problem kinds, as INTERFACES.md names them.
+PROBLEM_KINDS = ("unreachable", "http_error", "empty", "multiple_series", "not_a_number", "stale", "absent")
+_PROBLEM_REASON = {
+    "unreachable": Reason.SIGNAL_UNAVAILABLE,
+    "http_error": Reason.SIGNAL_UNAVAILABLE,
+    "empty": Reason.SIGNAL_UNAVAILABLE,
+    "absent": Reason.SIGNAL_UNAVAILABLE,
+    "stale": Reason.SIGNAL_STALE,
+    "not_a_number": Reason.SIGNAL_INVALID,
+    "multiple_series": Reason.SIGNAL_INVALID,
+}
+
+
+def problem_reason(kind: str) -> Reason:
+    return _PROBLEM_REASON.get(kind, Reason.SIGNAL_UNAVAILABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSignals:
+    """One group's (or the fleet's) load. None means unknown: never a silent 0."""
+
+    running: float | None = None
+    queued: float | None = None
+    kv_usage: float | None = None  # KV-cache use, 0-1
+    request_rate: float | None = None  # requests/s
+    ttft_p99_s: float | None = None  # TTFT at the policy's percentile (the key keeps INTERFACES.md's name)
+    queue_wait_p99_s: float | None = None  # queue wait at the same percentile, when exported
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    signal: str
+    group: str | None  # None: the fleet-level query
+    kind: str  # one of PROBLEM_KINDS
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"signal": self.signal, "group": self.group, "kind": self.kind, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSnapshot:
+    at: float
+    groups: Mapping[str, GroupSignals]
+    fleet: GroupSignals
+    problems: tuple[Problem, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "at": iso(self.at),
+            "groups": {name: g.to_dict() for name, g in self.groups.items()},
+            "fleet": self.fleet.to_dict(),
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    name: str
+    phase: Phase
+    since: float  # when the group entered this phase (epoch s)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    groups: Mapping[str, GroupState]  # every group of the policy, in policy order
+    synced: bool = True  # False while the runner does not know the true state (e.g. after a crash)
+
+    def in_phase(self, *phases: Phase) -> list[GroupState]:
+        return [g for g in self.groups.values() if g.phase in phases]
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """What the core remembers between ticks. Replaced, never mutated (tuples and fresh dicts)."""
+
+    last_scale_up_at: float | None = None
+    surplus_since: float | None = None  # since when the scale-down condition has held continuously
+    disruptions: tuple[float, ...] = ()  # times of group starts and drains within the last hour
+    startup_durations_s: tuple[float, ...] = ()  # the most recent measured start-up times
+    demand_samples: tuple[tuple[float, float], ...] = ()  # (t, demand) within the trend window
+    # Seasonal history: 5-minute slot index (epoch // 300) -> highest demand seen in that slot.
+    # Kept for forecast.seasonal_days + 1 days.
+    demand_by_slot: Mapping[int, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "last_scale_up_at": iso(self.last_scale_up_at),
+            "surplus_since": iso(self.surplus_since),
+            "disruptions": [iso(t) for t in self.disruptions],
+            "startup_durations_s": list(self.startup_durations_s),
+            "demand_samples": [[iso(t), d] for t, d in self.demand_samples],
+            "demand_by_slot": {str(k): v for k, v in self.demand_by_slot.items()},
+        }
+
+    def with_(self, **changes: Any) -> Memory:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    target_groups: int  # active (ready + starting) groups after the action
+    group: str | None  # the (first) group to start or drain, or None
+    reason: Reason
+    detail: str  # one line with the numbers that decided it
+    inputs: Mapping[str, Any]  # what the core saw (JSON-able)
+    groups: tuple[str, ...] = ()  # every group to start (a scale-up may add several) or drain
+    forecast_used: bool = False  # the action was taken on forecast demand rather than current demand
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": str(self.action),
+            "target_groups": self.target_groups,
+            "group": self.group,
+            "reason": str(self.reason),
+            "detail": self.detail,
+            "inputs": dict(self.inputs),
+        }
+
+
+def iso(t: float | None) -> str | None:
+    """Epoch seconds -> ISO 8601 UTC with a Z, or None."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> float:
+    """ISO 8601 -> epoch seconds; a time without a zone is UTC. Raises ValueError."""
+    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.timestamp()

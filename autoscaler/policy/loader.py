@@ -1,0 +1,110 @@
+"""Load a policy file: YAML in, a validated ``Policy`` or a list of one-line errors out.
+
+Error lines are ``FILE: field.path: message`` for a rule that failed, and
+``FILE:LINE: yaml: message`` for a file that is not valid YAML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from autoscaler.errors import BadInput
+from autoscaler.policy.model import Policy
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    policy: Policy
+    path: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+class PolicyInvalid(BadInput):
+    """The policy file is invalid; ``errors`` holds one line per problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def format_validation_errors(source: str, exc: ValidationError) -> list[str]:
+    """One line per pydantic error: ``source: field.path: value: rule``."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+        msg: str = err["msg"]
+        ctx_error = (err.get("ctx") or {}).get("error")
+        text = str(ctx_error) if ctx_error is not None else msg
+        if text.startswith("\x00"):  # a FieldError: a cross-field rule naming its own field
+            _, field, rule = text.split("\x00", 2)
+            prefix = _path(loc)
+            lines.append(f"{source}: {prefix + '.' if prefix else ''}{field}: {rule}")
+            continue
+        path = _path(loc) or "(top level)"
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            lines.append(f"{source}: {path}: unknown field")
+        elif kind == "missing":
+            lines.append(f"{source}: {path}: required field is missing")
+        elif kind == "value_error":
+            lines.append(f"{source}: {path}: {text}")
+        else:
+            lines.append(f"{source}: {path}: {_short(err.get('input'))}: {msg}")
+    return lines
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """Parse and validate policy text; raise PolicyInvalid with every error found."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise PolicyInvalid([f"{source}{line}: yaml: {problem}"]) from exc
+    if not isinstance(data, dict):
+        raise PolicyInvalid([f"{source}: (top level): expected a mapping of sections, got {type(data).__name__}"])
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyInvalid(format_validation_errors(source, exc)) from exc
+
+
+def load_policy(path: str | Path) -> LoadedPolicy:
+    """Read and validate a policy file. Raises PolicyInvalid (exit 2) on any problem."""
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyInvalid([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+    return LoadedPolicy(parse_policy(text, path), path, text)
+
+
+def policy_to_dict(policy: Policy) -> dict[str, Any]:
+    """The effective policy, every default filled in, as plain JSON-able data."""
+    return policy.model_dump(mode="json")

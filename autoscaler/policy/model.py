@@ -1,0 +1,378 @@
+"""The scaling policy: one YAML file describes one fleet and how to scale it.
+
+Every model is frozen and strict (``extra="forbid"``); every field carries its unit in its name and a
+description. Validators reject, they never rewrite. Validation never reads the clock: a pin whose
+time has passed is inactive, not invalid.
+
+Cross-field rules raise ``FieldError`` so the message names the exact field path, e.g.
+``fleet.floor_groups: 4 is above fleet.ceiling_groups (3)``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, time
+from enum import StrEnum
+from typing import Annotated
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class FieldError(ValueError):
+    """A cross-field rule failed. ``field`` is the path below the model that raised it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"\x00{field}\x00{message}")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, validate_default=True)
+
+
+# --------------------------------------------------------------------------------------- fleet
+class Node(StrictModel):
+    name: str = Field(pattern=_NAME, description="The node's name, unique in the fleet (e.g. spark-1).")
+    address: str = Field(min_length=1, description="The node's host name or IP address, unique in the fleet.")
+
+
+class Group(StrictModel):
+    name: str = Field(pattern=_NAME, description="The group's name, unique in the fleet (e.g. g1).")
+    worker_url: str = Field(
+        description="URL of the group's SGLang server (node-rank 0), as registered with the gateway: "
+        "http(s)://host:port with no path and no trailing slash."
+    )
+    nodes: tuple[Node, ...] = Field(description="The fixed set of nodes the group runs on, node-rank order.")
+
+    @field_validator("worker_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None:
+            raise ValueError(f"{value!r} must be http(s)://host:port")
+        if parts.path not in ("",) or parts.query or parts.fragment:
+            # A trailing slash makes the gateway probe //health and retry for 30 minutes.
+            raise ValueError(f"{value!r} must have no path, query or trailing slash")
+        return value
+
+    @property
+    def metrics_instance(self) -> str:
+        """The ``instance`` label Prometheus gives this group's worker: host:port of worker_url."""
+        parts = urlsplit(self.worker_url)
+        return f"{parts.hostname}:{parts.port}"
+
+
+class Fleet(StrictModel):
+    model_kv_heads: int = Field(8, ge=1, description="The model's KV heads; the group size must divide it.")
+    group_size_nodes: int = Field(2, ge=1, description="Nodes per group (tensor parallel size across nodes).")
+    floor_groups: int = Field(ge=1, description="Fewest groups ever active (the floor).")
+    ceiling_groups: int = Field(ge=1, description="Most groups ever active (the ceiling).")
+    requests_per_group: int = Field(6, ge=1, description="Requests a group runs at once (--max-running-requests).")
+    startup_expected_s: PosFloat = Field(
+        600, description="Expected time from start to ready for one group; replaced by the measured p95."
+    )
+    groups: tuple[Group, ...] = Field(min_length=1, description="The groups, in start order (first started first).")
+
+    @model_validator(mode="after")
+    def _rules(self) -> Fleet:
+        if self.model_kv_heads % self.group_size_nodes:
+            raise FieldError(
+                "group_size_nodes",
+                f"{self.group_size_nodes} does not divide fleet.model_kv_heads ({self.model_kv_heads})",
+            )
+        if self.floor_groups > self.ceiling_groups:
+            raise FieldError(
+                "floor_groups", f"{self.floor_groups} is above fleet.ceiling_groups ({self.ceiling_groups})"
+            )
+        if self.ceiling_groups > len(self.groups):
+            raise FieldError(
+                "ceiling_groups", f"{self.ceiling_groups} is above the number of groups defined ({len(self.groups)})"
+            )
+        seen: dict[str, str] = {}
+        for i, group in enumerate(self.groups):
+            if len(group.nodes) != self.group_size_nodes:
+                raise FieldError(
+                    f"groups[{i}].nodes",
+                    f"group {group.name!r} has {len(group.nodes)} nodes; fleet.group_size_nodes is {self.group_size_nodes}",
+                )
+            for kind, key in (("group name", group.name), ("worker_url", group.worker_url)):
+                if (kind, key) in seen:
+                    raise FieldError(f"groups[{i}]", f"{kind} {key!r} is also used by group {seen[(kind, key)]!r}")
+                seen[(kind, key)] = group.name  # type: ignore[index]
+            for j, node in enumerate(group.nodes):
+                for kind, key in (("node", node.name), ("node address", node.address)):
+                    if (kind, key) in seen:
+                        raise FieldError(
+                            f"groups[{i}].nodes[{j}]",
+                            f"{kind} {key!r} is also in group {seen[(kind, key)]!r}; groups are fixed, disjoint node sets",
+                        )
+                    seen[(kind, key)] = group.name  # type: ignore[index]
+        return self
+
+    def group_names(self) -> tuple[str, ...]:
+        return tuple(g.name for g in self.groups)
+
+
+# ----------------------------------------------------------------------------------------- slo
+class Slo(StrictModel):
+    ttft_target_s: PosFloat = Field(3.0, description="Time-to-first-token target (seconds).")
+    ttft_percentile: float = Field(99, gt=0, lt=100, description="The percentile that must meet the target.")
+
+
+# ------------------------------------------------------------------------------------- scaling
+class ScaleUp(StrictModel):
+    on_utilization: bool = Field(
+        True, description="Scale up when running+queued requests exceed ready+starting groups at the target utilisation."
+    )
+    queued_per_group_above: NonNegFloat | None = Field(
+        1.0, description="Scale up when queued requests per ready group exceed this (null: off)."
+    )
+    on_slo_burn: bool = Field(
+        True,
+        description="Scale up when the TTFT percentile misses the target and queue wait is the cause "
+        "(misses that more capacity would fix, not a long prompt's own prefill).",
+    )
+    slo_burn_min_queue_wait_s: NonNegFloat = Field(
+        0.5, description="Queue wait at the SLO percentile above which a TTFT miss counts as a capacity miss."
+    )
+    max_groups_per_decision: int = Field(2, ge=1, description="Most groups added by one decision.")
+
+
+class ScaleDown(StrictModel):
+    utilization_below: Fraction = Field(
+        0.55,
+        description="Scale down only when the remaining groups would run below this utilisation "
+        "(current demand and forecast).",
+    )
+    stabilization_s: NonNegFloat = Field(
+        300, description="The scale-down condition must hold continuously this long (seconds)."
+    )
+    cooldown_after_scale_up_s: NonNegFloat = Field(600, description="No scale-down this long after a scale-up (s).")
+    min_group_uptime_s: NonNegFloat = Field(900, description="A group is not drained before it has been ready this long.")
+
+
+class Scaling(StrictModel):
+    tick_interval_s: PosFloat = Field(15, description="How often the controller decides (seconds).")
+    target_utilization: Fraction = Field(
+        0.7, description="Share of a group's request slots the fleet aims to use (running+queued / slots)."
+    )
+    spare_groups: int = Field(0, ge=0, description="Groups kept above demand (N+1 headroom for a failing group).")
+    disruption_budget_per_hour: int = Field(
+        4, ge=1, description="Most groups started or drained in any hour; scale-downs past it wait (scale-ups never do)."
+    )
+    scale_up: ScaleUp = Field(default_factory=ScaleUp, description="When to add groups.")
+    scale_down: ScaleDown = Field(default_factory=ScaleDown, description="When to remove a group.")
+
+
+# ----------------------------------------------------------------------------------- schedules
+class Weekly(StrictModel):
+    """A weekly window: on the given weekdays from start to end (local time); end <= start wraps past midnight."""
+
+    name: str = Field(pattern=_NAME, description="A name for logs and decisions.")
+    days: tuple[str, ...] = Field(WEEKDAYS, min_length=1, description="Weekdays the window starts on: mon..sun.")
+    start: str = Field(description="Local start time HH:MM.")
+    end: str = Field(description="Local end time HH:MM; at or before start means it ends the next day.")
+
+    @field_validator("days")
+    @classmethod
+    def _days(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [d for d in value if d not in WEEKDAYS]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a weekday; use {', '.join(WEEKDAYS)}")
+        return value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _hhmm(cls, value: str) -> str:
+        if not _HHMM.match(value):
+            raise ValueError(f"{value!r} is not a time of day HH:MM (00:00-23:59)")
+        return value
+
+    def start_time(self) -> time:
+        return time.fromisoformat(self.start)
+
+    def end_time(self) -> time:
+        return time.fromisoformat(self.end)
+
+
+class ScheduleWindow(Weekly):
+    floor_groups: int | None = Field(None, ge=1, description="While active, the floor is at least this.")
+    ceiling_groups: int | None = Field(None, ge=1, description="While active, the ceiling is at most this (a cap).")
+
+    @model_validator(mode="after")
+    def _something(self) -> ScheduleWindow:
+        if self.floor_groups is None and self.ceiling_groups is None:
+            raise FieldError("floor_groups", "a schedule window must set floor_groups, ceiling_groups or both")
+        return self
+
+
+class Pin(StrictModel):
+    groups: int = Field(ge=1, description="Hold exactly this many groups (within the fleet's floor and ceiling).")
+    until: datetime = Field(description="The pin expires at this time (ISO 8601; without a zone, UTC).")
+    note: str = Field("", description="Why the pin was set; shown in decisions.")
+
+    @field_validator("until")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        from datetime import timezone
+
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+class Schedules(StrictModel):
+    timezone: str = Field("UTC", description="IANA time zone the windows are written in (e.g. Europe/Berlin).")
+    windows: tuple[ScheduleWindow, ...] = Field((), description="Calendar windows that raise the floor or cap the ceiling.")
+    freezes: tuple[Weekly, ...] = Field((), description="Windows in which nothing scales down.")
+    pin: Pin | None = Field(None, description="A manual pin that expires by itself; overrides schedules.")
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+        return value
+
+
+# ------------------------------------------------------------------------------------ forecast
+class Forecast(StrictModel):
+    enabled: bool = Field(True, description="Scale on forecast demand over the start-up lead time.")
+    horizon_s: PosFloat | None = Field(
+        None, description="How far ahead to look; null means the group start-up lead time (measured p95)."
+    )
+    trend_window_s: PosFloat = Field(600, description="Recent history fitted for the trend (seconds).")
+    seasonal_days: int = Field(7, ge=0, le=28, description="Earlier days whose same time of day informs the forecast.")
+    min_startup_samples: int = Field(
+        5, ge=1, description="Measured start-ups needed before their p95 replaces fleet.startup_expected_s."
+    )
+
+
+# ---------------------------------------------------------------------------------------- cost
+class Cost(StrictModel):
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$", description="ISO 4217 currency of every price.")
+    node_power_active_w: NonNegFloat = Field(240, description="Power of one node while its group serves (W).")
+    node_power_idle_w: NonNegFloat = Field(45, description="Power of one node that is stopped but powered (W).")
+    node_power_off_w: NonNegFloat = Field(3, description="Power of one node that is powered off (W).")
+    pue: float = Field(1.3, ge=1.0, le=5.0, description="Power usage effectiveness of the site (>= 1).")
+    energy_price_per_kwh: NonNegFloat = Field(0.15, description="Price of one kWh at the meter.")
+    node_hour_fee: NonNegFloat = Field(0.0, description="Per-node-hour lease or colocation fee while active.")
+    fixed_monthly_per_node: NonNegFloat = Field(
+        110.0, description="Capital amortisation and support per node per month; paid on or off."
+    )
+    fixed_monthly_fleet: NonNegFloat = Field(0.0, description="Other fixed monthly costs of the fleet.")
+
+
+# ------------------------------------------------------------------------------------- signals
+SIGNAL_NAMES = ("running", "queued", "kv_usage", "request_rate", "ttft_p99_s", "queue_wait_p99_s")
+_PLACEHOLDERS = {"prefix", "window", "quantile", "label"}
+
+
+def _default_queries() -> dict[str, str]:
+    return {
+        "running": "sum by ({label}) ({prefix}num_running_reqs)",
+        "queued": "sum by ({label}) ({prefix}num_queue_reqs)",
+        "kv_usage": "max by ({label}) ({prefix}token_usage)",
+        "request_rate": "sum by ({label}) (rate({prefix}num_requests_total[{window}]))",
+        "ttft_p99_s": "histogram_quantile({quantile}, sum by ({label}, le) "
+        "(rate({prefix}time_to_first_token_seconds_bucket[{window}])))",
+        "queue_wait_p99_s": "histogram_quantile({quantile}, sum by ({label}, le) "
+        "(rate({prefix}queue_time_seconds_bucket[{window}])))",
+    }
+
+
+class Signals(StrictModel):
+    metric_prefix: str = Field(
+        "sglang:", pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", description="Metric name prefix: 'sglang:' or 'sglang_'."
+    )
+    group_label: str = Field(
+        "instance", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$", description="Label whose value maps a series to a group."
+    )
+    window_s: int = Field(60, ge=5, description="Range of rate() and histogram windows (seconds).")
+    staleness_s: PosFloat = Field(60, description="A sample older than this is stale (seconds).")
+    timeout_s: PosFloat = Field(3, description="Most time one Prometheus query may take (seconds).")
+    queries: dict[str, str] = Field(
+        default_factory=_default_queries,
+        description="PromQL per signal; {prefix}, {window}, {quantile} and {label} are filled in.",
+    )
+
+    @field_validator("queries")
+    @classmethod
+    def _queries(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(SIGNAL_NAMES))
+        if unknown:
+            raise ValueError(f"unknown signal {unknown[0]!r}; signals are {', '.join(SIGNAL_NAMES)}")
+        for name, query in value.items():
+            used = set(re.findall(r"\{(\w+)\}", query))
+            if used - _PLACEHOLDERS:
+                raise ValueError(f"{name}: unknown placeholder {{{sorted(used - _PLACEHOLDERS)[0]}}}")
+        return {**_default_queries(), **value}
+
+    def render(self, signal: str, percentile: float) -> str:
+        """The PromQL for one signal with its placeholders filled."""
+        q = self.queries[signal]
+        for key, val in (
+            ("prefix", self.metric_prefix),
+            ("window", f"{self.window_s}s"),
+            ("quantile", f"{percentile / 100:g}"),
+            ("label", self.group_label),
+        ):
+            q = q.replace("{" + key + "}", val)
+        return q
+
+
+# --------------------------------------------------------------------------------------- drain
+class OnDrainTimeout(StrEnum):
+    STOP = "stop"  # stop the group; requests still running are cut and counted
+    KEEP_SERVING = "keep_serving"  # give up the scale-down; the group returns to service
+
+
+class Drain(StrictModel):
+    timeout_s: PosFloat = Field(600, description="Most time a drain waits for in-flight requests (seconds).")
+    on_timeout: OnDrainTimeout = Field(
+        OnDrainTimeout.STOP, description="At the timeout: 'stop' (cut and count what is left) or 'keep_serving'."
+    )
+    poll_interval_s: PosFloat = Field(2, description="How often the drain reads the worker's running+queued.")
+
+
+# ---------------------------------------------------------------------------------- simulation
+class Simulation(StrictModel):
+    prefill_tokens_per_s: PosFloat = Field(2500, description="Prefill speed of one request (tokens/s).")
+    decode_tokens_per_s: PosFloat = Field(20, description="Decode speed of one request (tokens/s).")
+    startup_s: PosFloat = Field(600, description="Time from start to ready for a simulated group (seconds).")
+    startup_jitter_s: NonNegFloat = Field(0, description="Uniform +/- jitter on startup_s (seconds).")
+    scrape_interval_s: PosFloat = Field(15, description="Simulated Prometheus scrape interval (seconds).")
+
+
+# -------------------------------------------------------------------------------------- policy
+class Policy(StrictModel):
+    fleet: Fleet = Field(description="The groups and nodes, floor and ceiling.")
+    slo: Slo = Field(default_factory=Slo, description="The latency target.")
+    scaling: Scaling = Field(default_factory=Scaling, description="How to scale.")
+    schedules: Schedules = Field(default_factory=Schedules, description="Calendar windows, freezes and a pin.")
+    forecast: Forecast = Field(default_factory=Forecast, description="Forecast of demand over the lead time.")
+    cost: Cost = Field(default_factory=Cost, description="The cost model for the ledger and reports.")
+    signals: Signals = Field(default_factory=Signals, description="Where the load signals come from (PromQL).")
+    drain: Drain = Field(default_factory=Drain, description="How a group is drained before it stops.")
+    simulation: Simulation = Field(default_factory=Simulation, description="The fleet model used by backtests.")
+
+    @model_validator(mode="after")
+    def _rules(self) -> Policy:
+        n = len(self.fleet.groups)
+        for i, w in enumerate(self.schedules.windows):
+            for field in ("floor_groups", "ceiling_groups"):
+                value = getattr(w, field)
+                if value is not None and value > n:
+                    raise FieldError(f"schedules.windows[{i}].{field}", f"{value} is above the {n} groups defined")
+        if self.schedules.pin and self.schedules.pin.groups > n:
+            raise FieldError("schedules.pin.groups", f"{self.schedules.pin.groups} is above the {n} groups defined")
+        return self
