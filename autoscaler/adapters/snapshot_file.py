@@ -1,0 +1,150 @@
+"""Read a decision snapshot (signals + fleet state + memory) from JSON, for ``autoscaler decide``.
+
+Format (README, "Ask the core offline"); every time is ISO 8601, UTC without a zone:
+
+    {"at": "2026-01-05T09:00:00Z",
+     "signals": {"groups": {"g1": {"running": 5, "queued": 2, "kv_usage": 0.61,
+                                   "request_rate": 0.8, "ttft_p99_s": 2.1}},
+                 "fleet": {...same keys...}, "problems": [{"signal", "group", "kind", "detail"}]},
+     "fleet": {"synced": true, "groups": {"g1": {"phase": "ready", "since": "2026-01-05T07:00:00Z"}}},
+     "memory": {"last_scale_up_at": null, "surplus_since": null, "disruptions": [],
+                "startup_durations_s": [], "demand_samples": [], "demand_by_slot": {}}}
+
+``signals`` may be the output of ``autoscaler signals --json`` as it is. Groups missing from
+``fleet.groups`` are off. ``memory`` may be omitted (a fresh controller).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from autoscaler.core.types import (
+    PROBLEM_KINDS,
+    FleetState,
+    GroupSignals,
+    GroupState,
+    Memory,
+    Phase,
+    Problem,
+    SignalSnapshot,
+    parse_time,
+)
+from autoscaler.errors import BadInput
+from autoscaler.policy.model import Policy
+
+_SIGNAL_KEYS = set(GroupSignals.__slots__)  # type: ignore[attr-defined]
+
+
+class _Reader:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, where: str, message: str) -> BadInput:
+        return BadInput(f"{self.source}: {where}: {message}")
+
+    def time(self, value: Any, where: str) -> float:
+        if not isinstance(value, str):
+            raise self.fail(where, f"{value!r} is not an ISO 8601 time")
+        try:
+            return parse_time(value)
+        except ValueError:
+            raise self.fail(where, f"{value!r} is not an ISO 8601 time") from None
+
+    def number(self, value: Any, where: str) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.fail(where, f"{value!r} is not a finite number or null")
+        return float(value)
+
+    def mapping(self, value: Any, where: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected an object, got {type(value).__name__}")
+        return value
+
+    def group_signals(self, value: Any, where: str) -> GroupSignals:
+        data = self.mapping(value, where)
+        unknown = sorted(set(data) - _SIGNAL_KEYS)
+        if unknown:
+            raise self.fail(f"{where}.{unknown[0]}", f"unknown signal; known: {', '.join(sorted(_SIGNAL_KEYS))}")
+        return GroupSignals(**{k: self.number(v, f"{where}.{k}") for k, v in data.items()})
+
+
+def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at: float | None = None):
+    """-> (SignalSnapshot, FleetState, Memory, now). Raises BadInput naming the field."""
+    r = _Reader(source)
+    data = r.mapping(data, "(top level)")
+    names = policy.fleet.group_names()
+    if at is None:
+        if "at" not in data and not isinstance(data.get("signals"), dict):
+            raise r.fail("at", "required (or pass --at)")
+        at_value = data.get("at", (data.get("signals") or {}).get("at"))
+        if at_value is None:
+            raise r.fail("at", "required (or pass --at)")
+        at = r.time(at_value, "at")
+
+    sig = r.mapping(data.get("signals", {}), "signals")
+    groups = {}
+    for name, value in r.mapping(sig.get("groups", {}), "signals.groups").items():
+        if name not in names:
+            raise r.fail(f"signals.groups.{name}", f"no such group in the policy ({', '.join(names)})")
+        groups[name] = r.group_signals(value, f"signals.groups.{name}")
+    fleet_signals = r.group_signals(sig.get("fleet", {}), "signals.fleet")
+    problems = []
+    for i, p in enumerate(sig.get("problems", []) or []):
+        p = r.mapping(p, f"signals.problems[{i}]")
+        if p.get("kind") not in PROBLEM_KINDS:
+            raise r.fail(f"signals.problems[{i}].kind", f"{p.get('kind')!r} is not one of {', '.join(PROBLEM_KINDS)}")
+        problems.append(Problem(str(p.get("signal", "")), p.get("group"), p["kind"], str(p.get("detail", ""))))
+    signals = SignalSnapshot(at, groups, fleet_signals, tuple(problems))
+
+    fl = r.mapping(data.get("fleet", {}), "fleet")
+    states = {name: GroupState(name, Phase.OFF, 0.0) for name in names}
+    for name, value in r.mapping(fl.get("groups", {}), "fleet.groups").items():
+        if name not in names:
+            raise r.fail(f"fleet.groups.{name}", f"no such group in the policy ({', '.join(names)})")
+        value = r.mapping(value, f"fleet.groups.{name}")
+        try:
+            phase = Phase(value.get("phase"))
+        except ValueError:
+            raise r.fail(f"fleet.groups.{name}.phase",
+                         f"{value.get('phase')!r} is not one of {', '.join(p.value for p in Phase)}") from None
+        since = r.time(value["since"], f"fleet.groups.{name}.since") if "since" in value else at
+        states[name] = GroupState(name, phase, since)
+    synced = fl.get("synced", True)
+    if not isinstance(synced, bool):
+        raise r.fail("fleet.synced", f"{synced!r} is not true or false")
+    fleet = FleetState(states, synced)
+
+    mem = r.mapping(data.get("memory", {}) or {}, "memory")
+    def opt_time(key: str) -> float | None:
+        return None if mem.get(key) is None else r.time(mem[key], f"memory.{key}")
+    memory = Memory(
+        last_scale_up_at=opt_time("last_scale_up_at"),
+        surplus_since=opt_time("surplus_since"),
+        disruptions=tuple(r.time(v, f"memory.disruptions[{i}]") for i, v in enumerate(mem.get("disruptions", []))),
+        startup_durations_s=tuple(
+            r.number(v, f"memory.startup_durations_s[{i}]") or 0.0 for i, v in enumerate(mem.get("startup_durations_s", []))
+        ),
+        demand_samples=tuple(
+            (r.time(v[0], f"memory.demand_samples[{i}]"), r.number(v[1], f"memory.demand_samples[{i}]") or 0.0)
+            for i, v in enumerate(mem.get("demand_samples", []))
+        ),
+        demand_by_slot={int(k): float(v) for k, v in r.mapping(mem.get("demand_by_slot", {}), "memory.demand_by_slot").items()},
+    )
+    return signals, fleet, memory, at
+
+
+def load_snapshot(path: str, policy: Policy, at: float | None = None):
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}:{exc.lineno}: json: {exc.msg}") from exc
+    return snapshot_from_dict(data, policy, path, at)

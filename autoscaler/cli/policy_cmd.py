@@ -1,0 +1,59 @@
+"""``autoscaler policy validate FILE...`` and ``autoscaler policy show FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+from autoscaler.cli.common import print_json
+from autoscaler.policy import PolicyInvalid, load_policy
+from autoscaler.policy.loader import policy_to_dict
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("policy", help="validate or show scaling policies")
+    psub = p.add_subparsers(dest="policy_command", metavar="ACTION", parser_class=type(p))
+    psub.required = True
+
+    v = psub.add_parser("validate", help="check policy files; exit 0 if all are valid, 2 otherwise")
+    v.add_argument("files", nargs="+", metavar="FILE")
+    v.add_argument("--json", action="store_true", help="print {file: [errors]} as JSON")
+    v.set_defaults(func=_validate)
+
+    s = psub.add_parser("show", help="print the effective policy with every default filled in")
+    s.add_argument("file", metavar="FILE")
+    s.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    s.set_defaults(func=_show)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    results: dict[str, list[str]] = {}
+    for path in args.files:
+        try:
+            load_policy(path)
+            results[path] = []
+        except PolicyInvalid as exc:
+            results[path] = exc.errors
+    if args.json:
+        print_json({"valid": not any(results.values()), "errors": results})
+    else:
+        for path, errors in results.items():
+            if errors:
+                for line in errors:
+                    print(line, file=sys.stderr)
+            else:
+                print(f"{path}: ok")
+    return 2 if any(results.values()) else 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    loaded = load_policy(args.file)
+    data = policy_to_dict(loaded.policy)
+    if args.json:
+        print_json(data)
+    else:
+        sys.stdout.write(f"# effective policy of {loaded.path} (sha256 {loaded.sha256[:12]})\n")
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    return 0

@@ -1,0 +1,354 @@
+"""The decision: a pure function of (signals, fleet state, policy, memory, now).
+
+No network, no database, no clock: the same code runs live, in advisory mode and in the simulator
+on a virtual clock. It raises only on programming errors; missing data, an unsynced fleet or an
+action in flight give a HOLD with a reason.
+
+Order of the rules (the first that applies decides):
+1. fleet state unknown                      -> hold fleet_unsynced
+2. fewer active groups than the floor       -> scale_up below_floor / pin (no signals needed)
+3. demand (running + queued over ready groups) and its forecast; scale-up triggers:
+   utilisation, queue, SLO burn, forecast   -> scale_up (several groups if the gap needs it),
+                                               or hold at_ceiling / no_group_available
+4. a signal problem                         -> hold signal_* (never scale down on missing data)
+5. more active groups than the ceiling      -> scale_down above_ceiling / pin (one at a time)
+6. surplus: the remaining groups (less spares) carry current and forecast demand under
+   scale_down.utilization_below, continuously for the stabilisation window, outside the cooldown,
+   outside a freeze, within the disruption budget, with a group old enough
+                                            -> scale_down surplus (one group), else a hold naming
+                                               the clamp that stopped it
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
+from autoscaler.core.forecast import ForecastResult, forecast, horizon_s, lead_time_s, record_demand
+from autoscaler.core.types import (
+    Action,
+    Decision,
+    FleetState,
+    GroupSignals,
+    Memory,
+    Phase,
+    Problem,
+    Reason,
+    SignalSnapshot,
+    problem_reason,
+)
+from autoscaler.core.victim import choose_victim, groups_to_start
+from autoscaler.policy.model import Policy
+
+HOUR_S = 3600.0
+_EPS = 1e-9
+
+# Signals each step reads. Scale-ups use whatever is available; scale-downs need all of these clean.
+_DEMAND_SIGNALS = ("running", "queued")
+_SCALE_DOWN_SIGNALS = ("running", "queued", "kv_usage")
+_SLO_SIGNALS = ("ttft_p99_s", "queue_wait_p99_s")
+
+
+def groups_needed(demand: float, per_group: float) -> int:
+    """Groups that serve ``demand`` at ``per_group`` requests each: ceil(11 / 4.2) = ceil(2.62) = 3."""
+    if demand <= 0:
+        return 0
+    return math.ceil(demand / per_group - _EPS)
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
+
+
+class _Tick:
+    """The numbers one decision works from; built once, read by every rule."""
+
+    def __init__(self, signals: SignalSnapshot, fleet: FleetState, policy: Policy, memory: Memory, now: float):
+        self.signals, self.fleet, self.policy, self.now = signals, fleet, policy, now
+        self.order = {name: i for i, name in enumerate(fleet.groups)}
+        self.ready = fleet.in_phase(Phase.READY)
+        self.starting = fleet.in_phase(Phase.STARTING)
+        self.draining = fleet.in_phase(Phase.DRAINING)
+        self.stopping = fleet.in_phase(Phase.STOPPING)
+        self.active = len(self.ready) + len(self.starting)
+        self.bounds: Bounds = effective_bounds(policy, now)
+        scaling = policy.scaling
+        self.per_group = policy.fleet.requests_per_group * scaling.target_utilization
+        self.spare = scaling.spare_groups
+
+        ready_names = {g.name for g in self.ready}
+        self.problems: list[Problem] = [
+            p for p in signals.problems if p.group is None or p.group in ready_names
+        ]
+        running = [signals.groups.get(g.name, GroupSignals()).running for g in self.ready]
+        queued = [signals.groups.get(g.name, GroupSignals()).queued for g in self.ready]
+        known = None not in running and None not in queued and not self._problem_in(_DEMAND_SIGNALS)
+        self.running = sum(running) if known else None  # type: ignore[arg-type]
+        self.queued = sum(queued) if known else None  # type: ignore[arg-type]
+        self.demand = None if self.running is None else self.running + self.queued  # type: ignore[operator]
+
+        memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
+        self.horizon = horizon_s(policy, memory)
+        self.fc: ForecastResult | None = None
+        if self.demand is not None:
+            memory = record_demand(memory, policy, now, self.demand)
+            self.fc = forecast(memory, policy, now, self.demand, self.horizon)
+        self.memory = memory
+
+    def _problem_in(self, names: tuple[str, ...]) -> Problem | None:
+        for p in self.problems:
+            if p.signal in names:
+                return p
+        return None
+
+    def inputs(self, **extra: Any) -> dict[str, Any]:
+        fleet = self.signals.fleet
+        lead, lead_src = lead_time_s(self.policy, self.memory)
+        out: dict[str, Any] = {
+            "ready": len(self.ready),
+            "starting": len(self.starting),
+            "draining": len(self.draining),
+            "active": self.active,
+            "floor": self.bounds.floor,
+            "ceiling": self.bounds.ceiling,
+            "floor_source": self.bounds.floor_source,
+            "ceiling_source": self.bounds.ceiling_source,
+            "running": self.running,
+            "queued": self.queued,
+            "demand": self.demand,
+            "requests_per_group_at_target": round(self.per_group, 4),
+            "capacity_at_target": round(self.active * self.per_group, 4),
+            "ttft_p99_s": fleet.ttft_p99_s,
+            "queue_wait_p99_s": fleet.queue_wait_p99_s,
+            "forecast_peak": None if self.fc is None else round(self.fc.peak, 4),
+            "forecast_basis": None if self.fc is None else self.fc.basis,
+            "horizon_s": self.horizon,
+            "lead_time_s": lead,
+            "lead_time_source": lead_src,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+        out.update(extra)
+        return out
+
+
+def decide(
+    signals: SignalSnapshot, fleet: FleetState, policy: Policy, memory: Memory, now: float
+) -> tuple[Decision, Memory]:
+    """One decision and the memory to pass to the next tick."""
+    t = _Tick(signals, fleet, policy, memory, now)
+    for rule in (_unsynced, _below_floor, _scale_up, _signal_problem, _above_ceiling, _scale_down):
+        result = rule(t)
+        if result is not None:
+            return result
+    raise AssertionError("_scale_down always decides")  # pragma: no cover
+
+
+def _hold(t: _Tick, reason: Reason, detail: str, memory: Memory | None = None, **extra: Any):
+    decision = Decision(Action.HOLD, t.active, None, reason, detail, t.inputs(**extra))
+    return decision, (memory or t.memory)
+
+
+def _start(t: _Tick, count: int, reason: Reason, detail: str, forecast_used: bool = False, **extra: Any):
+    names = groups_to_start(t.fleet, count)
+    if not names:
+        return _hold(t, Reason.NO_GROUP_AVAILABLE, f"{detail}; but no group is off or draining to start")
+    reclaimed = [n for n in names if t.fleet.groups[n].phase is Phase.DRAINING]
+    how = ", ".join(f"{n} (back from draining)" if n in reclaimed else n for n in names)
+    target = t.active + len(names)
+    decision = Decision(
+        Action.SCALE_UP,
+        target,
+        names[0],
+        reason,
+        f"{detail}; starting {how}: {t.active} -> {target} groups",
+        t.inputs(groups_to_start=names, **extra),
+        groups=tuple(names),
+        forecast_used=forecast_used,
+    )
+    memory = t.memory.with_(
+        last_scale_up_at=t.now,
+        surplus_since=None,
+        disruptions=t.memory.disruptions + tuple(t.now for n in names if n not in reclaimed),
+    )
+    return decision, memory
+
+
+def _drain(t: _Tick, victim: str, reason: Reason, detail: str, **extra: Any):
+    decision = Decision(
+        Action.SCALE_DOWN,
+        t.active - 1,
+        victim,
+        reason,
+        f"{detail}; draining {victim}: {t.active} -> {t.active - 1} groups",
+        t.inputs(victim=victim, **extra),
+        groups=(victim,),
+    )
+    memory = t.memory.with_(surplus_since=None, disruptions=t.memory.disruptions + (t.now,))
+    return decision, memory
+
+
+# ----------------------------------------------------------------------------------- the rules
+def _unsynced(t: _Tick):
+    if t.fleet.synced:
+        return None
+    return _hold(t, Reason.FLEET_UNSYNCED, "the fleet's state is not known yet; deciding nothing until it is synced")
+
+
+def _below_floor(t: _Tick):
+    if t.active >= t.bounds.floor:
+        return None
+    reason = Reason.PIN if t.bounds.pinned else Reason.BELOW_FLOOR
+    return _start(
+        t, t.bounds.floor - t.active, reason, f"{t.active} active groups < floor {t.bounds.floor} ({t.bounds.floor_source})"
+    )
+
+
+def _scale_up(t: _Tick):
+    policy, up = t.policy, t.policy.scaling.scale_up
+    wants: list[tuple[int, Reason, str, bool]] = []  # (groups wanted, reason, detail, on forecast)
+    ready = len(t.ready)
+    if t.demand is not None:
+        need = groups_needed(t.demand, t.per_group) + t.spare
+        if up.on_utilization and need > t.active:
+            # 11 requests / (6 x 0.7 = 4.2 per group) -> 3 groups
+            wants.append((need, Reason.UTILIZATION_HIGH,
+                          f"demand {_fmt(t.demand)} (running {_fmt(t.running)} + queued {_fmt(t.queued)}) "
+                          f"> {t.active} groups x {_fmt(t.per_group)} = {_fmt(t.active * t.per_group)}; "
+                          f"needs {need}" + (f" incl. {t.spare} spare" if t.spare else ""), False))
+        if up.queued_per_group_above is not None and ready and t.queued / ready > up.queued_per_group_above:
+            wants.append((ready + 1, Reason.QUEUE_HIGH,
+                          f"queued {_fmt(t.queued)} over {ready} ready groups = {_fmt(t.queued / ready)} per group "
+                          f"> {_fmt(up.queued_per_group_above)}", False))
+        if t.fc is not None and t.fc.basis != "current":
+            need_fc = groups_needed(t.fc.peak, t.per_group) + t.spare
+            if need_fc > t.active:
+                wants.append((need_fc, Reason.FORECAST_HIGH,
+                              f"forecast demand {_fmt(t.fc.peak)} ({t.fc.basis}) within {_fmt(t.fc.horizon_s)} s "
+                              f"> {t.active} groups x {_fmt(t.per_group)}; needs {need_fc}", True))
+    fleet = t.signals.fleet
+    if up.on_slo_burn and ready and fleet.ttft_p99_s is not None and fleet.ttft_p99_s > policy.slo.ttft_target_s:
+        if fleet.queue_wait_p99_s is not None:
+            capacity_miss = fleet.queue_wait_p99_s > up.slo_burn_min_queue_wait_s
+            why = f"queue wait p{policy.slo.ttft_percentile:g} {_fmt(fleet.queue_wait_p99_s)} s"
+        else:
+            capacity_miss = bool(t.queued)
+            why = f"{_fmt(t.queued)} requests queued"
+        if capacity_miss:
+            wants.append((ready + 1, Reason.SLO_BURN,
+                          f"TTFT p{policy.slo.ttft_percentile:g} {_fmt(fleet.ttft_p99_s)} s > target "
+                          f"{_fmt(policy.slo.ttft_target_s)} s with {why}", False))
+    if not wants:
+        return None
+    want, reason, detail, on_forecast = max(wants, key=lambda w: w[0])  # first of equals wins (list order)
+    if want <= t.active:
+        return None
+    allowed = min(want, t.bounds.ceiling, t.active + up.max_groups_per_decision)
+    if allowed <= t.active:
+        if t.bounds.pinned:
+            return _hold(t, Reason.PINNED, f"{detail}; but pinned at {t.bounds.ceiling} groups until "
+                         f"{policy.schedules.pin.until.isoformat()}")  # type: ignore[union-attr]
+        return _hold(t, Reason.AT_CEILING, f"{detail}; but already at ceiling {t.bounds.ceiling} "
+                     f"({t.bounds.ceiling_source})")
+    if allowed < want:
+        detail += f" (limited to {allowed}: ceiling {t.bounds.ceiling}, at most +{up.max_groups_per_decision} per decision)"
+    return _start(t, allowed - t.active, reason, detail, forecast_used=on_forecast)
+
+
+def _signal_problem(t: _Tick):
+    problem = t._problem_in(_SCALE_DOWN_SIGNALS)
+    if problem is None and t.demand is None:
+        missing = next(g.name for g in t.ready if t.signals.groups.get(g.name) is None
+                       or t.signals.groups[g.name].running is None or t.signals.groups[g.name].queued is None)
+        problem = Problem("running", missing, "absent", "no value for a ready group")
+    if problem is None:
+        return None
+    where = f"group {problem.group}" if problem.group else "the fleet"
+    return _hold(
+        t,
+        problem_reason(problem.kind),
+        f"signal {problem.signal} for {where} is {problem.kind}: {problem.detail}; holding at {t.active} groups "
+        "(never scaling down on missing data)",
+        t.memory.with_(surplus_since=None),
+    )
+
+
+def _above_ceiling(t: _Tick):
+    if t.active <= t.bounds.ceiling:
+        return None
+    reason = Reason.PIN if t.bounds.pinned else Reason.ABOVE_CEILING
+    detail = f"{t.active} active groups > ceiling {t.bounds.ceiling} ({t.bounds.ceiling_source})"
+    if t.starting or t.draining:
+        busy = ", ".join(f"{g.name} {g.phase}" for g in t.starting + t.draining)
+        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{detail}; waiting for {busy}")
+    freeze = active_freeze(t.policy, t.now)
+    if freeze:
+        return _hold(t, Reason.FREEZE_WINDOW, f"{detail}; but freeze window {freeze} forbids scale-downs")
+    victim = choose_victim(t.ready, t.order, dict(t.signals.groups))
+    return _drain(t, victim.name, reason, detail)  # type: ignore[union-attr]
+
+
+def _scale_down(t: _Tick):
+    policy, down = t.policy, t.policy.scaling.scale_down
+    assert t.demand is not None and t.fc is not None  # _signal_problem held otherwise
+    remaining = t.active - 1 - t.spare
+    worst = max(t.demand, t.fc.peak)
+    util_after = worst / (remaining * policy.fleet.requests_per_group) if remaining > 0 else math.inf
+    # e.g. demand 3, forecast 3.5, 3 -> 2 groups: 3.5 / (2 x 6) = 0.29 < 0.55 -> surplus
+    surplus = util_after < down.utilization_below
+    numbers = (
+        f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; "
+        f"on {max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
+        f"vs scale-down threshold {_fmt(down.utilization_below)}"
+    )
+    extra = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4)}
+    if t.active <= t.bounds.floor:
+        memory = t.memory.with_(surplus_since=None)
+        if t.bounds.pinned:
+            return _hold(t, Reason.PINNED, f"pinned at {t.bounds.floor} groups until "
+                         f"{policy.schedules.pin.until.isoformat()}", memory, **extra)  # type: ignore[union-attr]
+        if t.bounds.floor_over_cap:
+            return _hold(t, Reason.FLOOR_OVER_CAP, f"a schedule cap is below the floor {t.bounds.floor} "
+                         f"({t.bounds.floor_source}); the floor wins", memory, **extra)
+        if surplus or remaining <= 0:
+            return _hold(t, Reason.AT_FLOOR, f"{numbers}; at floor {t.bounds.floor} ({t.bounds.floor_source})",
+                         memory, **extra)
+        return _hold(t, Reason.STEADY, f"{numbers}; {t.active} groups fit", memory, **extra)
+    if not surplus:
+        return _hold(t, Reason.STEADY, f"{numbers}; keeping {t.active} groups", t.memory.with_(surplus_since=None),
+                     **extra)
+    if t.starting or t.draining:
+        busy = ", ".join(f"{g.name} {g.phase}" for g in t.starting + t.draining)
+        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{numbers}; but {busy}: one change at a time",
+                     t.memory.with_(surplus_since=None), **extra)
+    since = t.memory.surplus_since if t.memory.surplus_since is not None else t.now
+    memory = t.memory.with_(surplus_since=since)
+    t.memory = memory
+    held_for = t.now - since
+    if held_for < down.stabilization_s:
+        return _hold(t, Reason.STABILIZING, f"{numbers} for {_fmt(held_for)} s of the required "
+                     f"{_fmt(down.stabilization_s)} s", **extra)
+    if t.memory.last_scale_up_at is not None and t.now - t.memory.last_scale_up_at < down.cooldown_after_scale_up_s:
+        ago = t.now - t.memory.last_scale_up_at
+        return _hold(t, Reason.COOLDOWN, f"{numbers}; but the last scale-up was {_fmt(ago)} s ago "
+                     f"(cooldown {_fmt(down.cooldown_after_scale_up_s)} s)", **extra)
+    freeze = active_freeze(policy, t.now)
+    if freeze:
+        return _hold(t, Reason.FREEZE_WINDOW, f"{numbers}; but freeze window {freeze} forbids scale-downs", **extra)
+    budget = policy.scaling.disruption_budget_per_hour
+    if len(t.memory.disruptions) >= budget:
+        return _hold(t, Reason.DISRUPTION_BUDGET, f"{numbers}; but {len(t.memory.disruptions)} groups were "
+                     f"started or drained in the last hour (budget {budget})", **extra)
+    old_enough = [g for g in t.ready if t.now - g.since >= down.min_group_uptime_s]
+    if not old_enough:
+        youngest = max(t.now - g.since for g in t.ready) if t.ready else 0.0
+        return _hold(t, Reason.MIN_UPTIME, f"{numbers}; but no group has been ready for "
+                     f"{_fmt(down.min_group_uptime_s)} s (oldest {_fmt(youngest)} s)", **extra)
+    victim = choose_victim(old_enough, t.order, dict(t.signals.groups))
+    assert victim is not None
+    v = t.signals.groups.get(victim.name, GroupSignals())
+    return _drain(t, victim.name, Reason.SURPLUS,
+                  f"{numbers} for {_fmt(held_for)} s; victim {victim.name} (KV {_fmt(v.kv_usage)}, "
+                  f"running {_fmt(v.running)})", **extra)

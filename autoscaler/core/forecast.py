@@ -1,0 +1,121 @@
+"""Demand forecast over the scale-up lead time, and the lead time itself.
+
+Two sources, both pure functions of the memory:
+- the recent trend: a least-squares line through the demand samples of the last
+  ``forecast.trend_window_s``, projected ``horizon`` seconds ahead;
+- the same time of day on earlier days: for each of the last ``forecast.seasonal_days`` days that
+  has history, how much demand rose from this 5-minute slot to the highest slot within the horizon;
+  the median rise is added to the current level.
+The forecast peak is the highest of the current demand, the trend and the seasonal rise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoscaler.core.types import Memory
+from autoscaler.policy.model import Policy
+
+SLOT_S = 300  # seasonal history resolution: 5 minutes
+DAY_S = 86400
+MAX_STARTUP_SAMPLES = 20
+
+
+def p95(values: tuple[float, ...]) -> float:
+    """Nearest-rank 95th percentile: for 20 values, the 19th smallest (ceil(0.95 * 20) = 19)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def lead_time_s(policy: Policy, memory: Memory) -> tuple[float, str]:
+    """The measured p95 group start-up once there are enough samples, else the policy's expectation."""
+    samples = memory.startup_durations_s
+    if len(samples) >= policy.forecast.min_startup_samples:
+        return p95(samples), f"p95 of {len(samples)} measured start-ups"
+    return policy.fleet.startup_expected_s, "fleet.startup_expected_s"
+
+
+def horizon_s(policy: Policy, memory: Memory) -> float:
+    return policy.forecast.horizon_s or lead_time_s(policy, memory)[0]
+
+
+def record_startup(memory: Memory, seconds: float) -> Memory:
+    """Fold one measured start-up (start command to ready) into the memory; keeps the last 20."""
+    return memory.with_(startup_durations_s=(memory.startup_durations_s + (float(seconds),))[-MAX_STARTUP_SAMPLES:])
+
+
+def record_demand(memory: Memory, policy: Policy, now: float, demand: float) -> Memory:
+    """Add one demand sample to the trend window and to the seasonal slot history."""
+    cutoff = now - policy.forecast.trend_window_s
+    samples = tuple(s for s in memory.demand_samples if s[0] > cutoff) + ((now, demand),)
+    slot = int(now // SLOT_S)
+    by_slot = memory.demand_by_slot
+    if by_slot.get(slot, -1.0) < demand:
+        by_slot = dict(by_slot)
+        if slot not in memory.demand_by_slot:  # a new slot: the moment to forget days past the horizon
+            keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
+            by_slot = {k: v for k, v in by_slot.items() if k >= keep_from}
+        by_slot[slot] = demand
+    return memory.with_(demand_samples=samples, demand_by_slot=by_slot)
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastResult:
+    level: float  # current demand, smoothed by the trend fit
+    trend: float | None  # projected demand at now + horizon from the recent trend
+    seasonal: float | None  # current demand + the median rise on earlier days
+    peak: float  # the highest of the above and the current demand
+    horizon_s: float
+    basis: str  # which source set the peak: "current", "trend" or "seasonal"
+
+
+def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float, window: float):
+    """(level at now, projection at now + horizon) from a least-squares line, or None if too little data."""
+    if len(samples) < 4 or samples[-1][0] - samples[0][0] < window / 2:
+        return None
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    md = sum(d for _, d in samples) / n
+    var = sum((t - mt) ** 2 for t, _ in samples)
+    if var <= 0:
+        return None
+    slope = sum((t - mt) * (d - md) for t, d in samples) / var
+    level = md + slope * (now - mt)
+    return max(0.0, level), max(0.0, level + slope * horizon)
+
+
+def _seasonal_rise(memory: Memory, policy: Policy, now: float, horizon: float) -> float | None:
+    by_slot = memory.demand_by_slot
+    if not by_slot or policy.forecast.seasonal_days == 0:
+        return None
+    rises = []
+    slots_ahead = max(1, math.ceil(horizon / SLOT_S))
+    for day in range(1, policy.forecast.seasonal_days + 1):
+        then = int((now - day * DAY_S) // SLOT_S)
+        base = by_slot.get(then)
+        ahead = [by_slot[s] for s in range(then + 1, then + slots_ahead + 1) if s in by_slot]
+        if base is None or not ahead:
+            continue
+        rises.append(max(ahead) - base)
+    if not rises:
+        return None
+    rises.sort()
+    mid = len(rises) // 2
+    return rises[mid] if len(rises) % 2 else (rises[mid - 1] + rises[mid]) / 2
+
+
+def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon: float) -> ForecastResult:
+    """Forecast peak demand over [now, now + horizon]. ``memory`` already holds the current sample."""
+    if not policy.forecast.enabled:
+        return ForecastResult(current, None, None, current, horizon, "current")
+    fit = _trend(memory.demand_samples, now, horizon, policy.forecast.trend_window_s)
+    level, trend = (fit if fit else (current, None))
+    rise = _seasonal_rise(memory, policy, now, horizon)
+    seasonal = None if rise is None else max(0.0, current + rise)
+    peak, basis = current, "current"
+    if trend is not None and trend > peak:
+        peak, basis = trend, "trend"
+    if seasonal is not None and seasonal > peak:
+        peak, basis = seasonal, "seasonal"
+    return ForecastResult(level, trend, seasonal, peak, horizon, basis)
