@@ -1,0 +1,84 @@
+"""Builders for decision-core tests: a policy, a fleet state and a signal snapshot in one line each."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from autoscaler.core.types import FleetState, GroupSignals, GroupState, Memory, Phase, Problem, SignalSnapshot
+from autoscaler.policy.model import Policy
+
+# Monday 2026-01-05 09:00 UTC
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc).timestamp()
+NAMES = ("g1", "g2", "g3")
+
+
+def make_policy(**sections: Any) -> Policy:
+    """The default fleet (3 groups of 2, floor 1, ceiling 3, 6 requests/group) with section overrides.
+
+    ``make_policy(scaling={"spare_groups": 1}, fleet={"floor_groups": 2})`` merges into the defaults.
+    """
+    data: dict[str, Any] = {
+        "fleet": {
+            "floor_groups": 1,
+            "ceiling_groups": 3,
+            "groups": [
+                {
+                    "name": f"g{i}",
+                    "worker_url": f"http://10.0.0.{10 + i}:30000",
+                    "nodes": [
+                        {"name": f"n{2 * i - 1}", "address": f"10.0.1.{2 * i - 1}"},
+                        {"name": f"n{2 * i}", "address": f"10.0.1.{2 * i}"},
+                    ],
+                }
+                for i in (1, 2, 3)
+            ],
+        },
+        # Most tests isolate one rule; the forecast is tested on its own and switched on there.
+        "forecast": {"enabled": False},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = _merge(data[key], value)
+        else:
+            data[key] = value
+    return Policy.model_validate(data)
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def fleet(*phases: str, since: float = T0 - 7200, synced: bool = True, sinces: dict | None = None) -> FleetState:
+    """fleet("ready", "starting", "off") -> g1 ready, g2 starting, g3 off; all since 2 h before T0."""
+    sinces = sinces or {}
+    groups = {
+        name: GroupState(name, Phase(phase), sinces.get(name, since)) for name, phase in zip(NAMES, phases)
+    }
+    return FleetState(groups, synced)
+
+
+def signals(
+    at: float = T0,
+    problems: tuple[Problem, ...] = (),
+    ttft: float | None = None,
+    queue_wait: float | None = None,
+    **groups: tuple,
+) -> SignalSnapshot:
+    """signals(g1=(running, queued, kv), g2=(...)) -> a snapshot; fleet totals are the sums."""
+    gs = {name: GroupSignals(running=r, queued=q, kv_usage=kv) for name, (r, q, kv) in groups.items()}
+    known = [g for g in gs.values() if g.running is not None and g.queued is not None]
+    fleet_sig = GroupSignals(
+        running=sum(g.running for g in known) if known else None,
+        queued=sum(g.queued for g in known) if known else None,
+        ttft_p99_s=ttft,
+        queue_wait_p99_s=queue_wait,
+    )
+    return SignalSnapshot(at, gs, fleet_sig, problems)
+
+
+def fresh() -> Memory:
+    return Memory()

@@ -1,0 +1,203 @@
+"""Scenario tests: step a fake clock through load shapes and say what must happen at each step.
+
+``FakeFleet`` is a hand-written fake of the actuators: a started group becomes ready after
+``startup_s``; a drained group is off ``drain_s`` later. Demand (running + queued) is a function of
+time, spread evenly over the ready groups. The core is the real one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from autoscaler.core import Action, Memory, Reason, decide, record_startup
+from autoscaler.core.types import FleetState, GroupSignals, GroupState, Phase, Problem, SignalSnapshot
+
+from core_helpers import NAMES, T0, make_policy
+
+TICK = 15.0
+
+
+@dataclass
+class FakeFleet:
+    policy: object
+    startup_s: float = 600.0
+    drain_s: float = 60.0
+    phases: dict = field(default_factory=dict)
+    since: dict = field(default_factory=dict)
+    memory: Memory = field(default_factory=Memory)
+    log: list = field(default_factory=list)  # (t, decision)
+
+    def __post_init__(self):
+        for name in NAMES:  # every schedule starts with the ceiling ready
+            self.phases[name], self.since[name] = Phase.READY, T0 - 86400
+
+    def state(self) -> FleetState:
+        return FleetState({n: GroupState(n, self.phases[n], self.since[n]) for n in NAMES})
+
+    def ready_count(self) -> int:
+        return sum(p is Phase.READY for p in self.phases.values())
+
+    def active_count(self) -> int:
+        return sum(p in (Phase.READY, Phase.STARTING) for p in self.phases.values())
+
+    def advance(self, now: float) -> None:
+        for n in NAMES:
+            if self.phases[n] is Phase.STARTING and now - self.since[n] >= self.startup_s:
+                self.memory = record_startup(self.memory, now - self.since[n])
+                self.phases[n], self.since[n] = Phase.READY, now
+            elif self.phases[n] is Phase.DRAINING and now - self.since[n] >= self.drain_s:
+                self.phases[n], self.since[n] = Phase.OFF, now
+
+    def snapshot(self, now: float, demand: float, problems=()) -> SignalSnapshot:
+        ready = [n for n in NAMES if self.phases[n] is Phase.READY]
+        per = demand / len(ready) if ready else 0.0
+        slots = self.policy.fleet.requests_per_group
+        groups = {n: GroupSignals(running=min(per, slots), queued=max(per - slots, 0.0), kv_usage=min(per / slots, 1.0))
+                  for n in ready}
+        running = sum(g.running for g in groups.values())
+        queued = sum(g.queued for g in groups.values())
+        return SignalSnapshot(now, groups, GroupSignals(running=running, queued=queued), tuple(problems))
+
+    def step(self, now: float, demand: float, problems=()):
+        self.advance(now)
+        d, self.memory = decide(self.snapshot(now, demand, problems), self.state(), self.policy, self.memory, now)
+        if d.action is Action.SCALE_UP:
+            for n in d.groups:
+                if self.phases[n] is Phase.DRAINING:
+                    self.phases[n] = Phase.READY  # returned to service; its 'since' stays
+                else:
+                    self.phases[n], self.since[n] = Phase.STARTING, now
+        elif d.action is Action.SCALE_DOWN:
+            self.phases[d.group], self.since[d.group] = Phase.DRAINING, now
+        self.log.append((now, d))
+        return d
+
+    def run(self, start: float, seconds: float, demand_at, problems_at=lambda t: ()):
+        t = start
+        while t < start + seconds:
+            self.step(t, demand_at(t), problems_at(t))
+            t += TICK
+        return t
+
+    def actions(self, since: float = float("-inf")):
+        return [(t, d.action, d.reason) for t, d in self.log if d.action is not Action.HOLD and t >= since]
+
+
+def test_ramp_up_plateau_ramp_down():
+    policy = make_policy()
+    f = FakeFleet(policy)
+    # Quiet hour at demand 2: 3 -> 2 -> 1 group. Each drain waits for the 300 s stabilisation.
+    t = f.run(T0, 3600, lambda t: 2.0)
+    downs = [a for a in f.actions() if a[1] is Action.SCALE_DOWN]
+    assert [a[2] for a in downs] == [Reason.SURPLUS, Reason.SURPLUS]
+    assert downs[0][0] - T0 == 300  # first drain exactly at the end of the 300 s window
+    assert f.active_count() == 1
+    # Ramp: demand climbs 2 -> 12 over 10 minutes. Each tick where demand > active x 4.2 adds groups
+    # within that one tick: the first tick with demand > 4.2 starts a group.
+    ramp_start = t
+    t = f.run(t, 600, lambda t: 2.0 + 10.0 * (t - ramp_start) / 600)
+    ups = [a for a in f.actions(ramp_start) if a[1] is Action.SCALE_UP]
+    assert ups and all(a[2] is Reason.UTILIZATION_HIGH for a in ups)
+    first_over = ramp_start + 15 * next(i for i in range(40) if 2.0 + 10.0 * (15 * i) / 600 > 4.2)
+    assert ups[0][0] == first_over  # decided within one tick
+    assert f.active_count() == 3  # 12 / 4.2 -> 3 groups
+    # Plateau at 12 for 30 min: nothing changes (no flapping, no drain while 12 / 12 = 1.0 on 2 groups).
+    plateau = t
+    t = f.run(t, 1800, lambda t: 12.0)
+    assert f.actions(plateau) == []
+    assert f.ready_count() == 3
+    # Ramp down to 1 and stay: back to the floor, one group at a time, not before the cooldown
+    # after the last scale-up (600 s) and the minimum uptime (900 s) have passed.
+    down = t
+    t = f.run(t, 3600, lambda t: max(1.0, 12.0 - 11.0 * (t - down) / 600))
+    downs = [a for a in f.actions(down) if a[1] is Action.SCALE_DOWN]
+    assert len(downs) == 2 and f.active_count() == 1
+    assert downs[1][0] - downs[0][0] >= 300 + f.drain_s  # one at a time, each after its own window
+
+
+def test_oscillation_around_a_threshold_does_not_flap():
+    # Demand alternates 4 and 5 every tick: 5 > 4.2 wants 2 groups; 4 on 1 group is 4/6 = 0.67 ≥ 0.55.
+    # Expected: one scale-up to 2 and then nothing for 2 hours.
+    policy = make_policy()
+    f = FakeFleet(policy)
+    f.run(T0, 7200, lambda t: 4.0 if int((t - T0) / TICK) % 2 else 5.0)
+    # From 3 groups it drains once (3 -> 2: 5 / 12 = 0.42 < 0.55) and never flaps afterwards.
+    assert [(a[1], a[2]) for a in f.actions()] == [(Action.SCALE_DOWN, Reason.SURPLUS)]
+    assert f.active_count() == 2
+
+
+def test_oscillating_bursts_are_absorbed_by_the_window():
+    # Bursts of 10 for one tick every 4 minutes over a base of 2. Each burst resets the continuous
+    # surplus window, so the fleet never drains below what the burst needs, and it never flaps.
+    policy = make_policy()
+    f = FakeFleet(policy)
+    f.run(T0, 7200, lambda t: 10.0 if int(t - T0) % 240 == 0 else 2.0)
+    assert f.actions() == []
+    assert f.active_count() == 3
+
+
+def test_signal_outage_holds_then_resumes():
+    # Surplus load (demand 1 on 3 groups), but Prometheus is down for the first 20 minutes.
+    policy = make_policy()
+    f = FakeFleet(policy)
+    outage = (Problem("running", None, "unreachable", "connection refused"),)
+    f.run(T0, 1200, lambda t: 1.0, lambda t: outage)
+    assert f.actions() == []  # never scaled down on missing data
+    assert {d.reason for _, d in f.log} == {Reason.SIGNAL_UNAVAILABLE}
+    assert all("running" in d.detail for _, d in f.log)
+    # Back: the stabilisation window starts only when signals return (no credit for the outage).
+    back = T0 + 1200
+    f.run(back, 600, lambda t: 1.0)
+    downs = f.actions(back)
+    assert downs and downs[0][0] - back == 300
+
+
+def test_freeze_window_then_release():
+    # Monday 09:00-10:00 freeze. Surplus from 09:00; drains wait until 10:00.
+    policy = make_policy(schedules={"freezes": [{"name": "deploy", "days": ["mon"], "start": "09:00", "end": "10:00"}]})
+    f = FakeFleet(policy)
+    f.run(T0, 5400, lambda t: 1.0)
+    holds = {d.reason for t, d in f.log if t < T0 + 3600 and t >= T0 + 300}
+    assert holds == {Reason.FREEZE_WINDOW}
+    first_down = f.actions()[0]
+    assert first_down[1] is Action.SCALE_DOWN and first_down[0] == T0 + 3600
+
+
+def test_schedule_floor_keeps_groups_through_the_business_day():
+    # Weekdays 08:00-18:00 floor 2. Monday from 09:00 at demand 1: stays at 2 until 18:00, then 1.
+    policy = make_policy(schedules={"windows": [
+        {"name": "business", "days": ["mon", "tue", "wed", "thu", "fri"], "start": "08:00", "end": "18:00",
+         "floor_groups": 2}]})
+    f = FakeFleet(policy)
+    f.run(T0, 9 * 3600 + 600, lambda t: 1.0)
+    six_pm = datetime(2026, 1, 5, 18, 0, tzinfo=timezone.utc).timestamp()
+    downs = [t for t, a, _ in f.actions() if a is Action.SCALE_DOWN]
+    assert len(downs) == 2
+    assert downs[0] < six_pm <= downs[1]  # 3 -> 2 in the morning, 2 -> 1 only after 18:00
+    at_floor = {d.reason for t, d in f.log if downs[0] + 60 < t < six_pm}
+    assert at_floor == {Reason.AT_FLOOR}
+
+
+def test_pin_holds_until_it_expires():
+    # Pin 3 groups until 10:00 under surplus load, then the fleet shrinks by itself.
+    policy = make_policy(schedules={"pin": {"groups": 3, "until": "2026-01-05T10:00:00Z", "note": "demo"}})
+    f = FakeFleet(policy)
+    f.run(T0, 2 * 3600, lambda t: 1.0)
+    ten = T0 + 3600
+    assert {d.reason for t, d in f.log if t < ten} == {Reason.PINNED}
+    downs = [t for t, a, _ in f.actions() if a is Action.SCALE_DOWN]
+    assert downs and downs[0] >= ten + 300
+
+
+def test_drain_interrupted_by_a_surge_returns_the_group():
+    # 3 -> 2 drains g3 (drain takes 10 minutes here); a surge during the drain brings g3 back
+    # instead of starting a cold group.
+    policy = make_policy()
+    f = FakeFleet(policy, drain_s=600)
+    f.run(T0, 330, lambda t: 2.0)
+    assert f.phases["g3"] is Phase.DRAINING
+    d = f.step(T0 + 330, 9.0)
+    assert (d.action, d.groups, d.reason) == (Action.SCALE_UP, ("g3",), Reason.UTILIZATION_HIGH)
+    assert "back from draining" in d.detail
+    assert f.phases["g3"] is Phase.READY
