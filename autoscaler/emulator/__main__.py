@@ -1,0 +1,32 @@
+"""``python -m autoscaler.emulator worker|load ...``: the same as ``autoscaler emulate ...``.
+
+It builds a parser with only the emulate subcommands, so a test or a demo can start workers
+without importing every other subcommand of the CLI.
+"""
+
+import logging
+import sys
+
+from autoscaler.cli import _Parser
+from autoscaler.cli import emulate_cmd
+from autoscaler.errors import AutoscalerError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="autoscaler emulate")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    emulate_cmd.register(sub)
+    args = parser.parse_args(["emulate", *(sys.argv[1:] if argv is None else argv)])
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except AutoscalerError as exc:
+        print(f"autoscaler: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: real processes (see procs.py)."""
