@@ -90,7 +90,8 @@ class _Tick:
         self.queued = sum(queued) if known else None  # type: ignore[arg-type]
         self.demand = None if self.running is None else self.running + self.queued  # type: ignore[operator]
 
-        memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
+        if memory.disruptions and now - memory.disruptions[0] >= HOUR_S:
+            memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
         self.horizon = horizon_s(policy, memory)
         self.fc: ForecastResult | None = None
         if self.demand is not None:

@@ -48,16 +48,22 @@ def record_startup(memory: Memory, seconds: float) -> Memory:
 def record_demand(memory: Memory, policy: Policy, now: float, demand: float) -> Memory:
     """Add one demand sample to the trend window and to the seasonal slot history."""
     cutoff = now - policy.forecast.trend_window_s
-    samples = tuple(s for s in memory.demand_samples if s[0] > cutoff) + ((now, demand),)
+    samples = memory.demand_samples
+    drop = 0
+    while drop < len(samples) and samples[drop][0] <= cutoff:
+        drop += 1
+    samples = samples[drop:] + ((now, demand),)
     slot = int(now // SLOT_S)
+    current = memory.slot_now
     by_slot = memory.demand_by_slot
-    if by_slot.get(slot, -1.0) < demand:
-        by_slot = dict(by_slot)
-        if slot not in memory.demand_by_slot:  # a new slot: the moment to forget days past the horizon
-            keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
-            by_slot = {k: v for k, v in by_slot.items() if k >= keep_from}
-        by_slot[slot] = demand
-    return memory.with_(demand_samples=samples, demand_by_slot=by_slot)
+    if current is None or current[0] == slot:
+        slot_now = (slot, demand if current is None else max(current[1], demand))
+    else:  # a new slot: fold the finished one into the history and forget days past the horizon
+        keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
+        by_slot = {k: v for k, v in by_slot.items() if k >= keep_from}
+        by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])
+        slot_now = (slot, demand)
+    return memory.with_(demand_samples=samples, demand_by_slot=by_slot, slot_now=slot_now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +81,19 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
     if len(samples) < 4 or samples[-1][0] - samples[0][0] < window / 2:
         return None
     n = len(samples)
-    mt = sum(t for t, _ in samples) / n
-    md = sum(d for _, d in samples) / n
-    var = sum((t - mt) ** 2 for t, _ in samples)
-    if var <= 0:
+    base = samples[0][0]
+    st = sd = stt = std = 0.0
+    for t, d in samples:  # one pass; times relative to the first sample to keep precision
+        t -= base
+        st += t
+        sd += d
+        stt += t * t
+        std += t * d
+    var = stt - st * st / n
+    if var <= 1e-9:
         return None
-    slope = sum((t - mt) * (d - md) for t, d in samples) / var
+    slope = (std - st * sd / n) / var
+    mt, md = base + st / n, sd / n
     level = md + slope * (now - mt)
     return max(0.0, level), max(0.0, level + slope * horizon)
 
@@ -89,6 +102,7 @@ def _seasonal_rise(memory: Memory, policy: Policy, now: float, horizon: float) -
     by_slot = memory.demand_by_slot
     if not by_slot or policy.forecast.seasonal_days == 0:
         return None
+
     rises = []
     slots_ahead = max(1, math.ceil(horizon / SLOT_S))
     for day in range(1, policy.forecast.seasonal_days + 1):

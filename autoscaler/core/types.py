@@ -7,7 +7,7 @@ core never reads the clock, ``now`` is a parameter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any, Mapping
@@ -157,9 +157,11 @@ class Memory:
     disruptions: tuple[float, ...] = ()  # times of group starts and drains within the last hour
     startup_durations_s: tuple[float, ...] = ()  # the most recent measured start-up times
     demand_samples: tuple[tuple[float, float], ...] = ()  # (t, demand) within the trend window
-    # Seasonal history: 5-minute slot index (epoch // 300) -> highest demand seen in that slot.
-    # Kept for forecast.seasonal_days + 1 days.
+    # Seasonal history: 5-minute slot index (epoch // 300) -> highest demand seen in that slot,
+    # for finished slots, kept for forecast.seasonal_days + 1 days. The slot in progress is kept
+    # apart (``slot_now``) so the history is copied once per slot, not at every tick.
     demand_by_slot: Mapping[int, float] = field(default_factory=dict)
+    slot_now: tuple[int, float] | None = None  # (slot index, highest demand so far)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -168,11 +170,27 @@ class Memory:
             "disruptions": [iso(t) for t in self.disruptions],
             "startup_durations_s": list(self.startup_durations_s),
             "demand_samples": [[iso(t), d] for t, d in self.demand_samples],
-            "demand_by_slot": {str(k): v for k, v in self.demand_by_slot.items()},
+            "demand_by_slot": {str(k): v for k, v in self.history_by_slot().items()},
         }
 
+    def history_by_slot(self) -> dict[int, float]:
+        """Finished slots and the slot in progress together."""
+        out = dict(self.demand_by_slot)
+        if self.slot_now is not None:
+            out[self.slot_now[0]] = max(out.get(self.slot_now[0], 0.0), self.slot_now[1])
+        return out
+
     def with_(self, **changes: Any) -> Memory:
-        return replace(self, **changes)
+        # dataclasses.replace() re-validates every field; this runs at every tick of a 14-day replay.
+        new = object.__new__(Memory)
+        for name in _MEMORY_FIELDS:
+            object.__setattr__(new, name, changes.pop(name) if name in changes else getattr(self, name))
+        if changes:
+            raise TypeError(f"Memory has no field {next(iter(changes))!r}")
+        return new
+
+
+_MEMORY_FIELDS = tuple(f.name for f in fields(Memory))
 
 
 @dataclass(frozen=True, slots=True)

@@ -350,7 +350,19 @@ class Simulation(StrictModel):
     decode_tokens_per_s: PosFloat = Field(20, description="Decode speed of one request (tokens/s).")
     startup_s: PosFloat = Field(600, description="Time from start to ready for a simulated group (seconds).")
     startup_jitter_s: NonNegFloat = Field(0, description="Uniform +/- jitter on startup_s (seconds).")
-    scrape_interval_s: PosFloat = Field(15, description="Simulated Prometheus scrape interval (seconds).")
+    scrape_interval_s: PosFloat = Field(
+        15, description="Simulated Prometheus scrape interval: the core sees load this old (seconds)."
+    )
+    kv_cache_tokens: int = Field(
+        300_000, ge=512, description="KV-cache capacity of one group in tokens (prefix cache and running requests)."
+    )
+    balance_abs_threshold: int = Field(
+        4, ge=0, description="The gateway's --balance-abs-threshold: a sticky session moves when its group "
+        "has this many more requests than the least-loaded one.",
+    )
+    cache_threshold: Fraction = Field(
+        0.5, description="The gateway's --cache-threshold: a prefix match above this share routes to that group."
+    )
 
 
 # -------------------------------------------------------------------------------------- policy

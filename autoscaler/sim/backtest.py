@@ -1,0 +1,156 @@
+"""The backtest: load and scale a trace, replay it under our core and the reference schedules,
+and summarise each run with the keys INTERFACES.md fixes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from autoscaler.policy.model import Policy
+from autoscaler.sim.controllers import CoreController, HpaController, OracleController, StaticController
+from autoscaler.sim.engine import SimResult, simulate
+from autoscaler.sim.loadscale import scale_trace
+from autoscaler.sim.traces import Trace, load_trace
+
+HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
+HPA_DEFAULT_TARGET = 0.7
+
+
+@dataclass
+class Run:
+    name: str
+    result: SimResult
+    summary: dict[str, Any]
+    controller: Any = None
+
+
+def model_params(policy: Policy) -> dict[str, Any]:
+    sim = policy.simulation
+    return {
+        "prefill_tokens_per_s": sim.prefill_tokens_per_s,
+        "decode_tokens_per_s": sim.decode_tokens_per_s,
+        "startup_s": sim.startup_s,
+        "requests_per_group": policy.fleet.requests_per_group,
+        "slo_ttft_s": policy.slo.ttft_target_s,
+        "startup_jitter_s": sim.startup_jitter_s,
+        "scrape_interval_s": sim.scrape_interval_s,
+        "kv_cache_tokens": sim.kv_cache_tokens,
+        "tick_interval_s": policy.scaling.tick_interval_s,
+        "drain_timeout_s": policy.drain.timeout_s,
+        "drain_on_timeout": str(policy.drain.on_timeout),
+    }
+
+
+def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: float) -> dict[str, Any]:
+    n = len(result.ttft_s)
+    target = policy.slo.ttft_target_s
+    met = (result.ttft_s <= target) & ~result.cut
+    nodes = policy.fleet.group_size_nodes
+    span_h = (result.span_s[1] - result.span_s[0]) / 3600.0
+    node_hours = result.node_hours(nodes)
+    baseline = policy.fleet.ceiling_groups * nodes * span_h
+    return {
+        "requests": n,
+        "load_scale": load_scale,
+        "node_hours": round(node_hours, 4),
+        "baseline_node_hours": round(baseline, 4),
+        "savings_pct": round(100.0 * (1.0 - node_hours / baseline), 3) if baseline > 0 else 0.0,
+        "slo_attainment": round(float(met.mean()), 6) if n else 1.0,
+        "ttft_p50_s": round(float(np.percentile(result.ttft_s, 50)), 4) if n else None,
+        "ttft_p99_s": round(float(np.percentile(result.ttft_s, 99)), 4) if n else None,
+        "scale_ups": result.scale_ups,
+        "scale_downs": result.scale_downs,
+        "requests_cut_by_drain": result.requests_cut_by_drain,
+        "wall_s": round(wall_s, 3),
+    }
+
+
+def run_one(name: str, trace: Trace, policy: Policy, controller, load_scale: float, seed: int,
+            progress: Callable[[float], None] | None = None) -> Run:
+    started = time.perf_counter()
+    result = simulate(trace, policy, controller, seed=seed, progress=progress)
+    return Run(name, result, summarise(result, policy, load_scale, time.perf_counter() - started), controller)
+
+
+def hpa_frontier_node_hours(ours_slo: float, sweep: list[dict[str, Any]]) -> float:
+    """HPA's node-hours at our SLO attainment: the sweep sorted by SLO, interpolated linearly;
+    above every point, the most expensive point; below every point, the cheapest."""
+    pts = sorted((p["slo_attainment"], p["node_hours"]) for p in sweep)
+    if ours_slo >= pts[-1][0]:
+        return max(nh for _, nh in pts)
+    if ours_slo <= pts[0][0]:
+        return pts[0][1]
+    for (s0, n0), (s1, n1) in zip(pts, pts[1:]):
+        if s0 <= ours_slo <= s1:
+            if s1 == s0:
+                return max(n0, n1)
+            return n0 + (n1 - n0) * (ours_slo - s0) / (s1 - s0)
+    return pts[-1][1]  # pragma: no cover
+
+
+def prepare_trace(path: str, fmt: str, policy: Policy, peak_utilization: float, seed: int,
+                  start_at=None, skip_bad_rows: bool = False) -> tuple[Trace, float, dict[str, Any]]:
+    src = load_trace(path, fmt, start_at=start_at, skip_bad_rows=skip_bad_rows)
+    trace, factor = scale_trace(
+        src,
+        peak_utilization=peak_utilization,
+        capacity_slots=policy.fleet.ceiling_groups * policy.fleet.requests_per_group,
+        prefill_tokens_per_s=policy.simulation.prefill_tokens_per_s,
+        decode_tokens_per_s=policy.simulation.decode_tokens_per_s,
+        seed=seed,
+    )
+    info = {
+        "format": src.format,
+        "requests_read": src.requests_read,
+        "bad_rows": src.bad_rows,
+        "gap_windows": len(src.gap_windows),
+    }
+    return trace, factor, info
+
+
+def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed: int = 0,
+             keep_decisions: bool = False, progress: Callable[[str, float], None] | None = None) -> dict[str, Run]:
+    """Run ours, and with ``compare`` the references, on the same arrivals."""
+    def prog(label: str):
+        return None if progress is None else (lambda f: progress(label, f))
+
+    runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions), factor, seed, prog("ours"))}
+    if compare:
+        runs["static"] = run_one("static", trace, policy, StaticController(policy), factor, seed, prog("static"))
+        for target in HPA_TARGETS:
+            runs[f"hpa@{target}"] = run_one(
+                f"hpa@{target}", trace, policy, HpaController(policy, target, trace.span_s[0]), factor, seed,
+                prog(f"hpa {target}"),
+            )
+        runs["oracle"] = run_one("oracle", trace, policy, OracleController(trace, policy), factor, seed, prog("oracle"))
+    return runs
+
+
+def results_json(runs: dict[str, Run], policy: Policy, trace_info: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    out = dict(runs["ours"].summary)
+    out["wall_s"] = round(wall_s, 3)
+    out["trace"] = trace_info
+    out["model"] = model_params(policy)
+    if "static" in runs:
+        sweep = [{**runs[f"hpa@{t}"].summary, "target_utilization": t} for t in HPA_TARGETS]
+        out["reference"] = {
+            "static": runs["static"].summary,
+            "hpa": runs[f"hpa@{HPA_DEFAULT_TARGET}"].summary,
+            "hpa_sweep": sweep,
+            "oracle": runs["oracle"].summary,
+        }
+        frontier = hpa_frontier_node_hours(out["slo_attainment"], sweep)
+        oracle_nh = runs["oracle"].summary["node_hours"]
+        static_slo = runs["static"].summary["slo_attainment"]
+        out["verdict"] = {
+            "slo_gap_vs_static_pp": round(100 * (static_slo - out["slo_attainment"]), 3),
+            "slo_within_0_5pp_of_static": static_slo - out["slo_attainment"] <= 0.005 + 1e-12,
+            "node_hours_vs_oracle": round(out["node_hours"] / oracle_nh, 4) if oracle_nh else None,
+            "within_10pct_of_oracle": out["node_hours"] <= 1.10 * oracle_nh + 1e-9,
+            "hpa_frontier_node_hours": round(frontier, 4),
+            "at_or_below_hpa_frontier": out["node_hours"] <= frontier * 1.005 + 1e-9,
+        }
+    return out

@@ -1,0 +1,196 @@
+"""Controllers the backtest replays: ours (the real core), always-on, Kubernetes HPA, the oracle."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from autoscaler.core import Action, Decision, Memory, decide, record_startup
+from autoscaler.core.types import FleetState, GroupSignals, Phase, SignalSnapshot
+from autoscaler.core.victim import choose_victim, groups_to_start
+from autoscaler.policy.model import Policy
+from autoscaler.sim.loadscale import service_times_s
+from autoscaler.sim.traces import Trace
+
+
+class CoreController:
+    """The live service's decision core, on virtual time."""
+
+    def __init__(self, policy: Policy, keep_decisions: bool = False):
+        self.policy = policy
+        self.period_s = policy.scaling.tick_interval_s
+        self.memory = Memory()
+        self.keep = keep_decisions
+        self.decisions: list[tuple[float, Decision]] = []
+        self.counts: dict[str, int] = {}
+
+    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
+        decision, self.memory = decide(signals, fleet, self.policy, self.memory, now)
+        key = f"{decision.action}:{decision.reason}"
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if self.keep or decision.action is not Action.HOLD:
+            self.decisions.append((now, decision))
+        if decision.action is Action.SCALE_UP:
+            return list(decision.groups), []
+        if decision.action is Action.SCALE_DOWN:
+            return [], list(decision.groups)
+        return [], []
+
+    def on_ready(self, name: str, startup_s: float) -> None:
+        self.memory = record_startup(self.memory, startup_s)
+
+
+class StaticController:
+    """The ceiling, always on."""
+
+    def __init__(self, policy: Policy):
+        self.period_s = 60.0
+
+    def tick(self, now, signals, fleet):
+        return [], []
+
+    def on_ready(self, name, startup_s):
+        pass
+
+
+class HpaController:
+    """Kubernetes HPA v2's algorithm with its defaults, on the same delayed signals.
+
+    Every 15 s: metric = (running + queued over ready groups) / ready groups; current = ready +
+    starting; desired = ceil(current x metric / (target x requests per group)), unchanged when
+    |metric / (target x requests per group) - 1| <= 0.1; a scale-down applies the highest desired
+    of the last 300 s (the window starts filled with the initial count); within floor and ceiling.
+    Drains the least-loaded group the way ours does (core.victim).
+    """
+
+    SYNC_S = 15.0
+    STABILIZATION_S = 300.0
+    TOLERANCE = 0.1
+
+    def __init__(self, policy: Policy, target_utilization: float, start: float):
+        self.policy = policy
+        self.target = target_utilization
+        self.period_s = self.SYNC_S
+        self.history: deque[tuple[float, int]] = deque([(start, policy.fleet.ceiling_groups)])
+        self.order = {n: i for i, n in enumerate(policy.fleet.group_names())}
+
+    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
+        fleet_p = self.policy.fleet
+        ready = fleet.in_phase(Phase.READY)
+        starting = fleet.in_phase(Phase.STARTING)
+        current = len(ready) + len(starting)
+        loads = [signals.groups.get(g.name) for g in ready]
+        if not ready or any(s is None or s.running is None for s in loads):
+            return [], []
+        metric = sum(s.running + s.queued for s in loads) / len(ready)  # type: ignore[union-attr,operator]
+        ratio = metric / (self.target * fleet_p.requests_per_group)
+        desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
+        desired = min(max(desired, fleet_p.floor_groups), fleet_p.ceiling_groups)
+        self.history.append((now, desired))
+        while len(self.history) > 1 and self.history[0][0] <= now - self.STABILIZATION_S:
+            self.history.popleft()
+        if desired > current:
+            return groups_to_start(fleet, desired - current), []
+        stabilized = max(d for _, d in self.history)
+        if stabilized < current:
+            victims, pool = [], list(ready)
+            for _ in range(min(current - stabilized, len(pool) - 0)):
+                v = choose_victim(pool, self.order, dict(signals.groups))
+                if v is None or len(pool) <= 1:
+                    break
+                victims.append(v.name)
+                pool.remove(v)
+            return [], victims
+        return [], []
+
+    def on_ready(self, name, startup_s):
+        pass
+
+
+def oracle_schedule(trace: Trace, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
+    """Per-minute demand and groups needed, with unlimited slots (INTERFACES.md, "Oracle").
+
+    demand[m] = the most requests in service at once during minute m if every request started at
+    arrival and held a slot for its service time (all input at the prefill speed + output at the
+    decode speed); needed[m] = ceil(demand / requests per group) within floor and ceiling.
+    """
+    sim, fleet = policy.simulation, policy.fleet
+    t0, t1 = trace.span_s
+    minutes = max(1, math.ceil((t1 - t0) / 60.0))
+    svc = service_times_s(trace.input_tokens, trace.output_tokens, sim.prefill_tokens_per_s, sim.decode_tokens_per_s)
+    starts = trace.t_s - t0
+    ends = starts + svc
+    times = np.concatenate([starts, ends])
+    delta = np.concatenate([np.ones(len(starts)), -np.ones(len(ends))])
+    order = np.lexsort((delta, times))  # at equal times, ends (-1) before starts (+1)
+    times, delta = times[order], delta[order]
+    level = np.cumsum(delta)
+    demand = np.zeros(minutes)
+    idx = np.minimum((times // 60).astype(np.int64), minutes - 1)
+    inside = times < minutes * 60
+    np.maximum.at(demand, idx[inside], level[inside])
+    # The level carried into each minute from before it.
+    edges = np.arange(minutes) * 60.0
+    before = np.searchsorted(times, edges, side="left") - 1
+    carried = np.where(before >= 0, level[np.maximum(before, 0)], 0.0)
+    demand = np.maximum(demand, carried)
+    needed = np.ceil(demand / fleet.requests_per_group - 1e-9).astype(int)
+    needed = np.clip(needed, fleet.floor_groups, fleet.ceiling_groups)
+    return demand, needed
+
+
+class OracleController:
+    """Clairvoyant: group k is on for each stretch of minutes where k groups are needed, started one
+    start-up time before the stretch, drained when it ends, kept on across gaps shorter than the
+    start-up time. Every schedule starts with the ceiling ready, so minute 0 counts as needed."""
+
+    def __init__(self, trace: Trace, policy: Policy):
+        self.period_s = 15.0
+        self.policy = policy
+        t0 = trace.span_s[0]
+        self.demand, needed = oracle_schedule(trace, policy)
+        startup = policy.simulation.startup_s
+        names = policy.fleet.group_names()
+        self.actions: list[tuple[float, str, str]] = []  # (time, "start"|"drain", group)
+        for k in range(1, policy.fleet.ceiling_groups + 1):
+            on = needed >= k
+            on[0] = True
+            stretches: list[list[int]] = []
+            m = 0
+            while m < len(on):
+                if on[m]:
+                    e = m
+                    while e < len(on) and on[e]:
+                        e += 1
+                    if stretches and (m - stretches[-1][1]) * 60.0 <= startup:  # stopping to restart at once saves nothing
+                        stretches[-1][1] = e
+                    else:
+                        stretches.append([m, e])
+                    m = e
+                else:
+                    m += 1
+            name = names[k - 1]
+            for i, (s, e) in enumerate(stretches):
+                if i > 0:
+                    self.actions.append((t0 + s * 60.0 - startup, "start", name))
+                if e < len(on):
+                    self.actions.append((t0 + e * 60.0, "drain", name))
+        self.actions.sort()
+        self.next = 0
+
+    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
+        starts, drains = [], []
+        while self.next < len(self.actions) and self.actions[self.next][0] <= now + 1e-6:
+            _, what, name = self.actions[self.next]
+            (starts if what == "start" else drains).append(name)
+            self.next += 1
+        return starts, drains
+
+    def on_ready(self, name, startup_s):
+        pass
+
+
+__all__ = ["CoreController", "HpaController", "OracleController", "StaticController", "oracle_schedule",
+           "GroupSignals"]

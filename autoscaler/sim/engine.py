@@ -1,0 +1,383 @@
+"""The fleet model: replays arrivals through groups of request slots under a controller.
+
+Equations (README, "The fleet model"):
+- a group has ``requests_per_group`` slots and a FIFO queue; a request holds one slot from the
+  start of its prefill to its last token;
+- prefill time = (input tokens - tokens served from the group's prefix cache) / prefill speed;
+  decode time = output tokens / decode speed; TTFT = wait for a slot + prefill time;
+- routing as the gateway's cache_aware policy: a request whose prefix is cached on a serving group
+  above ``cache_threshold`` of its input (Mooncake blocks) or whose session last ran there (CSV
+  session ids) goes to that group, unless that group has ``balance_abs_threshold`` more requests
+  than the least-loaded one; everything else goes to the least-loaded serving group;
+- a started group serves after its start-up time; a draining group takes no new requests and
+  stops when its in-flight (running and queued) requests finish; at the drain timeout the policy's
+  ``drain.on_timeout`` stops it (the unfinished requests are cut and count as SLO misses) or keeps it
+  serving. A drained group loses its cache.
+- controllers act every tick on signals one scrape old (running, queued, KV use, request rate and
+  TTFT/queue-wait percentiles over ``signals.window_s``), as Prometheus would show them.
+
+The hot loop handles one request in a few microseconds: per group, a 6-entry heap of slot free
+times and a heap of in-system finish times; no per-request objects.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+from autoscaler.core.types import FleetState, GroupSignals, GroupState, Phase, SignalSnapshot
+from autoscaler.policy.model import OnDrainTimeout, Policy
+from autoscaler.sim.traces import Trace
+
+BLOCK_TOKENS = 512  # Mooncake's hash_ids are 512-token blocks
+
+
+class Controller(Protocol):
+    period_s: float
+
+    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState) -> tuple[list[str], list[str]]:
+        """-> (groups to start or return to service, groups to drain)."""
+
+    def on_ready(self, name: str, startup_s: float) -> None:
+        """A started group became ready after ``startup_s``."""
+
+
+class _Group:
+    __slots__ = (
+        "name", "idx", "phase", "since", "ready_at", "slots", "inflight", "ctx_tokens", "cache",
+        "cache_tokens", "epoch", "on_since", "drain_deadline", "up", "draining_since",
+    )  # fmt: skip
+
+    def __init__(self, name: str, idx: int, slots: int):
+        self.name, self.idx = name, idx
+        self.phase = Phase.OFF
+        self.since = 0.0
+        self.ready_at = math.inf
+        self.slots = [0.0] * slots  # heap of slot free times
+        self.inflight: list[tuple[float, int, int]] = []  # heap of (finish, tokens, request index)
+        self.ctx_tokens = 0  # tokens of in-system requests (KV in use by running requests, roughly)
+        self.cache: dict[int, None] = {}  # prefix blocks, LRU order
+        self.cache_tokens = 0
+        self.epoch = 0  # bumps at every start: a session's cache on an older epoch is gone
+        self.on_since: float | None = None  # open node interval
+        self.drain_deadline = math.inf
+        self.draining_since = 0.0
+        self.up: list[tuple[float, float]] = []  # closed (start, end) intervals of nodes being on
+
+    def settle(self, now: float) -> None:
+        """Forget requests that finished by ``now``."""
+        inflight = self.inflight
+        while inflight and inflight[0][0] <= now:
+            self.ctx_tokens -= heapq.heappop(inflight)[1]
+
+
+@dataclass
+class SimResult:
+    ttft_s: np.ndarray  # per request
+    queue_s: np.ndarray
+    cut: np.ndarray  # bool: cut by a drain timeout
+    group_intervals: dict[str, list[tuple[float, float]]]  # nodes on (starting, ready, draining), clipped
+    span_s: tuple[float, float]
+    scale_ups: int  # groups started (returns from draining are not starts)
+    scale_downs: int  # groups drained
+    requests_cut_by_drain: int
+    tick_t: np.ndarray
+    tick_demand: np.ndarray  # running + queued over serving groups at each tick
+    tick_ready: np.ndarray
+    tick_starting: np.ndarray
+    tick_draining: np.ndarray
+    events: list[tuple[float, str, str]] = field(default_factory=list)  # (t, group, "start"|"ready"|"drain"|"stop"|"return")
+
+    def node_hours(self, nodes_per_group: int) -> float:
+        return nodes_per_group * sum(e - s for iv in self.group_intervals.values() for s, e in iv) / 3600.0
+
+
+def simulate(
+    trace: Trace,
+    policy: Policy,
+    controller: Controller,
+    *,
+    seed: int = 0,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    fleet_p, sim_p = policy.fleet, policy.simulation
+    prefill, decode = sim_p.prefill_tokens_per_s, sim_p.decode_tokens_per_s
+    slots_n = fleet_p.requests_per_group
+    names = fleet_p.group_names()
+    groups = [_Group(n, i, slots_n) for i, n in enumerate(names)]
+    by_name = {g.name: g for g in groups}
+    rng = np.random.default_rng(seed)
+
+    t_arr = trace.t_s.tolist()
+    inp = trace.input_tokens.tolist()
+    out = trace.output_tokens.tolist()
+    n = len(t_arr)
+    span0, span1 = trace.span_s
+    t0 = span0
+
+    blocks = trace.prefix_blocks
+    sessions = trace.session.tolist() if blocks is None and bool((trace.session >= 0).any()) else None
+    cache_cap_blocks = max(1, sim_p.kv_cache_tokens // BLOCK_TOKENS)
+    cache_threshold = sim_p.cache_threshold
+    balance = sim_p.balance_abs_threshold
+    session_at: dict[int, tuple[int, int, int]] = {}  # session -> (group idx, epoch, tokens cached)
+
+    ttft = np.zeros(n)
+    qwait = np.zeros(n)
+    cut = np.zeros(n, dtype=bool)
+    ttft_l = [0.0] * n
+    qwait_l = [0.0] * n
+
+    # Every schedule starts with the ceiling ready.
+    for g in groups[: fleet_p.ceiling_groups]:
+        g.phase, g.since, g.on_since = Phase.READY, t0 - 86400.0, t0
+    serving = [g for g in groups if g.phase is Phase.READY]
+    events: list[tuple[float, str, str]] = []
+    scale_ups = scale_downs = 0
+
+    window = float(policy.signals.window_s)
+    pct = policy.slo.ttft_percentile / 100.0
+    first_tokens: list[tuple[float, float, float]] = []  # heap of (first token time, ttft, queue wait)
+    recent: deque[tuple[float, float, float]] = deque()
+
+    period = controller.period_s
+    next_tick = t0
+    pending_signals: SignalSnapshot | None = None
+    next_ready = math.inf
+    tick_rows: list[tuple[float, float, int, int, int]] = []
+    drain_policy = policy.drain
+
+    def start_group(g: _Group, now: float) -> None:
+        nonlocal scale_ups, next_ready
+        if g.phase is Phase.DRAINING:  # back into service: cheapest capacity there is
+            g.phase, g.drain_deadline = Phase.READY, math.inf
+            serving.append(g)
+            serving.sort(key=lambda x: x.idx)
+            events.append((now, g.name, "return"))
+            return
+        if g.phase is not Phase.OFF:
+            return
+        jitter = sim_p.startup_jitter_s
+        startup = sim_p.startup_s + (rng.uniform(-jitter, jitter) if jitter else 0.0)
+        g.phase, g.since, g.ready_at = Phase.STARTING, now, now + startup
+        g.epoch += 1
+        g.cache, g.cache_tokens = {}, 0
+        g.on_since = now
+        g.slots = [0.0] * slots_n
+        scale_ups += 1
+        next_ready = min(next_ready, g.ready_at)
+        events.append((now, g.name, "start"))
+
+    def promote(now: float) -> None:
+        nonlocal next_ready
+        for g in groups:
+            if g.phase is Phase.STARTING and g.ready_at <= now:
+                g.phase, g.since = Phase.READY, g.ready_at
+                serving.append(g)
+                serving.sort(key=lambda x: x.idx)
+                controller.on_ready(g.name, g.ready_at - g.on_since)  # type: ignore[operator]
+                events.append((g.ready_at, g.name, "ready"))
+        next_ready = min((g.ready_at for g in groups if g.phase is Phase.STARTING), default=math.inf)
+
+    def stop(g: _Group, at: float) -> None:
+        g.phase, g.since = Phase.OFF, at
+        g.up.append((g.on_since, at))  # type: ignore[arg-type]
+        g.on_since = None
+        g.drain_deadline = math.inf
+        events.append((at, g.name, "stop"))
+
+    def snapshot(now: float) -> SignalSnapshot:
+        while first_tokens and first_tokens[0][0] <= now:
+            recent.append(heapq.heappop(first_tokens))
+        while recent and recent[0][0] <= now - window:
+            recent.popleft()
+        per: dict[str, GroupSignals] = {}
+        running_total = queued_total = 0.0
+        cap = sim_p.kv_cache_tokens
+        for g in serving:
+            g.settle(now)
+            k = len(g.inflight)
+            running = float(min(k, slots_n))
+            queued = float(k - running)
+            per[g.name] = GroupSignals(
+                running=running, queued=queued, kv_usage=min(1.0, (g.cache_tokens + g.ctx_tokens) / cap)
+            )
+            running_total += running
+            queued_total += queued
+        if recent:
+            tt = sorted(x[1] for x in recent)
+            qq = sorted(x[2] for x in recent)
+            k = min(len(tt) - 1, max(0, math.ceil(pct * len(tt)) - 1))
+            ttft_p, queue_p = tt[k], qq[k]
+        else:
+            ttft_p = queue_p = None  # no first token in the window: no percentile, not a zero
+        arrivals = bisect_left(t_arr, now) - bisect_left(t_arr, now - window)
+        fleet = GroupSignals(running=running_total, queued=queued_total, request_rate=arrivals / window,
+                             ttft_p99_s=ttft_p, queue_wait_p99_s=queue_p)
+        return SignalSnapshot(now, per, fleet, ())
+
+    def fleet_state() -> FleetState:
+        return FleetState({g.name: GroupState(g.name, g.phase, g.since) for g in groups})
+
+    def do_tick(now: float) -> None:
+        nonlocal pending_signals, scale_downs
+        if now >= next_ready:
+            promote(now)
+        current = snapshot(now)
+        seen = pending_signals if pending_signals is not None else current
+        pending_signals = current
+        starts, drains = controller.tick(now, seen, fleet_state())
+        for name in starts:
+            start_group(by_name[name], now)
+        for name in drains:
+            g = by_name[name]
+            if g.phase is Phase.READY:
+                g.phase, g.since, g.draining_since = Phase.DRAINING, now, now
+                g.drain_deadline = now + drain_policy.timeout_s
+                serving.remove(g)
+                scale_downs += 1
+                events.append((now, g.name, "drain"))
+        # Drains: stop when empty (after the controller had its chance to take the group back).
+        for g in groups:
+            if g.phase is not Phase.DRAINING:
+                continue
+            g.settle(now)
+            if not g.inflight:
+                stop(g, now)
+            elif now >= g.drain_deadline:
+                if drain_policy.on_timeout is OnDrainTimeout.STOP:
+                    for _, _, idx in g.inflight:
+                        cut[idx] = True
+                    g.inflight, g.ctx_tokens = [], 0
+                    stop(g, g.drain_deadline)
+                else:
+                    g.phase, g.drain_deadline = Phase.READY, math.inf
+                    serving.append(g)
+                    serving.sort(key=lambda x: x.idx)
+                    events.append((now, g.name, "return"))
+        demand = current.fleet.running + current.fleet.queued  # type: ignore[operator]
+        starting = sum(g.phase is Phase.STARTING for g in groups)
+        draining = sum(g.phase is Phase.DRAINING for g in groups)
+        tick_rows.append((now, demand, len(serving), starting, draining))
+
+    report_every = max(1, n // 100)
+    for i in range(n):
+        a = t_arr[i]
+        while a >= next_tick:
+            do_tick(next_tick)
+            next_tick += period
+        if a >= next_ready:
+            promote(a)
+        if progress is not None and i % report_every == 0:
+            progress(i / n)
+
+        if not serving:  # no group serves (cannot happen with a floor >= 1 once ready): wait for the first
+            waiting = [g for g in groups if g.phase is Phase.STARTING]
+            target = min(waiting, key=lambda g: g.ready_at) if waiting else groups[0]
+            chosen, cached = target, 0
+        else:
+            for g in serving:
+                g.settle(a)
+            least = min(serving, key=lambda g: len(g.inflight))
+            chosen, cached = least, 0
+            if blocks is not None:
+                req_blocks = blocks[i]
+                best, best_match = None, 0
+                for g in serving:
+                    c = g.cache
+                    m = 0
+                    for b in req_blocks:
+                        if b in c:
+                            m += 1
+                        else:
+                            break
+                    if m > best_match:
+                        best, best_match = g, m
+                if best is not None and best_match * BLOCK_TOKENS > cache_threshold * inp[i] \
+                        and len(best.inflight) - len(least.inflight) <= balance:
+                    chosen = best
+                cached = 0
+                c = chosen.cache
+                for b in req_blocks:
+                    if b in c:
+                        cached += 1
+                    else:
+                        break
+                cached = min(cached * BLOCK_TOKENS, inp[i])
+            elif sessions is not None:
+                s = sessions[i]
+                if s >= 0:
+                    prev = session_at.get(s)
+                    if prev is not None:
+                        g = groups[prev[0]]
+                        if g.phase is Phase.READY and g.epoch == prev[1] \
+                                and len(g.inflight) - len(least.inflight) <= balance:
+                            chosen, cached = g, min(prev[2], inp[i])
+
+        pre = (inp[i] - cached) / prefill
+        svc = pre + out[i] / decode
+        slots = chosen.slots
+        free = slots[0]
+        begin = a if free <= a else free
+        if chosen.phase is Phase.STARTING and begin < chosen.ready_at:
+            begin = chosen.ready_at
+        heapq.heapreplace(slots, begin + svc)
+        finish = begin + svc
+        tokens = inp[i] + out[i]
+        heapq.heappush(chosen.inflight, (finish, tokens, i))
+        chosen.ctx_tokens += tokens
+        wait = begin - a
+        ttft_l[i] = wait + pre
+        qwait_l[i] = wait
+        heapq.heappush(first_tokens, (begin + pre, wait + pre, wait))
+
+        # The group now holds this request's prefix.
+        if blocks is not None:
+            c = chosen.cache
+            for b in blocks[i]:
+                if b in c:
+                    del c[b]
+                c[b] = None
+            while len(c) > cache_cap_blocks:
+                del c[next(iter(c))]
+            chosen.cache_tokens = len(c) * BLOCK_TOKENS
+        elif sessions is not None and sessions[i] >= 0:
+            session_at[sessions[i]] = (chosen.idx, chosen.epoch, tokens)
+
+    while next_tick <= span1:
+        do_tick(next_tick)
+        next_tick += period
+
+    intervals: dict[str, list[tuple[float, float]]] = {}
+    for g in groups:
+        ups = list(g.up)
+        if g.on_since is not None:
+            ups.append((g.on_since, span1))
+        clipped = [(max(s, span0), min(e, span1)) for s, e in ups]
+        intervals[g.name] = [(s, e) for s, e in clipped if e > s]
+
+    ttft[:] = ttft_l
+    qwait[:] = qwait_l
+    rows = np.array(tick_rows, dtype=float).reshape(-1, 5)
+    return SimResult(
+        ttft_s=ttft,
+        queue_s=qwait,
+        cut=cut,
+        group_intervals=intervals,
+        span_s=(span0, span1),
+        scale_ups=scale_ups,
+        scale_downs=scale_downs,
+        requests_cut_by_drain=int(cut.sum()),
+        tick_t=rows[:, 0],
+        tick_demand=rows[:, 1],
+        tick_ready=rows[:, 2].astype(int),
+        tick_starting=rows[:, 3].astype(int),
+        tick_draining=rows[:, 4].astype(int),
+        events=events,
+    )
