@@ -203,7 +203,7 @@ BAD_ROWS = [
     ("trace.csv", CS + "1,,5\n", "2: input_tokens: missing value"),
     ("trace.csv", CS + "1,5\n", "2: output_tokens: missing column (expected 3 columns, got 2)"),
     ("trace.csv", CS + "5,1,1\n4,1,1\n", "3: timestamp_s: 4 is out of order (before the previous row's 5)"),
-    ("m.jsonl", MC + '{"timestamp": 1, "input_length": 10\n', "2: bad JSON: Expecting ',' delimiter"),
+    ("m.jsonl", MC + '{"timestamp": 1, "input_length": 10\n', "2: bad JSON: Expecting ',' delimiter (column 36)"),
     ("m.jsonl", MC + "[1, 2]\n", "2: bad JSON: expected an object, got list"),
     ("m.jsonl", MC + '{"timestamp": 1, "input_length": -3, "output_length": 2, "hash_ids": []}\n', "2: input_length: -3 is negative"),
     ("m.jsonl", MC + '{"timestamp": 1, "input_length": 3, "hash_ids": []}\n', "2: output_length: missing"),

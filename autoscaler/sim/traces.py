@@ -447,8 +447,10 @@ def _load_mooncake(p: Path, display: str, start_epoch: float, skip: bool) -> Tra
             read += 1
             try:
                 try:
-                    obj = json.loads(line)
-                except ValueError as exc:
+                    obj = json.loads(line.rstrip("\r\n"))  # so a column is on this line
+                except json.JSONDecodeError as exc:
+                    raise _RowError(f"bad JSON: {exc.msg} (column {exc.colno})") from None
+                except ValueError as exc:  # e.g. a number too large to convert
                     raise _RowError(f"bad JSON: {exc}") from None
                 if not isinstance(obj, dict):
                     raise _RowError(f"bad JSON: expected an object, got {type(obj).__name__}")
