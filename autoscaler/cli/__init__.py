@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "autoscaler.cli.policy_cmd",
     "autoscaler.cli.decide_cmd",
     "autoscaler.cli.emulate_cmd",
+    "autoscaler.cli.signals_cmd",
 ]
 
 

@@ -1,0 +1,554 @@
+"""Live load signals from Prometheus, as a ``SignalSnapshot`` of values and named problems.
+
+``read_signals`` runs, concurrently and at one evaluation time, every query in the policy's
+``signals`` section plus a few it derives from them (see ``plan_queries``), maps each series to a
+group by the ``group_label`` value (``Group.metrics_instance``: host:port of the worker URL) and
+turns every anomaly into a ``Problem``. It never raises for a Prometheus anomaly; a value is a
+number or None, never a silent 0. docs/signals.md explains each problem kind with examples.
+
+Derived queries, per signal:
+
+- ``freshness``: ``max by (LABEL) (timestamp(M))`` for the metrics M the template names as
+  ``{prefix}NAME``. A group whose newest sample is older than ``staleness_s``, or that has a value
+  but no sample at all within Prometheus's lookback, is ``stale``. This matters because an
+  instant query answers with the last sample of the past 5 minutes (a frozen target's gauge keeps
+  answering), and ``rate()`` keeps answering for a whole window after a target died (Prometheus
+  marks the target's series stale at the first failed scrape, so ``timestamp()`` no longer finds
+  them while ``rate()`` over the window still does).
+- ``fleet`` (percentile signals only): the same template with ``{label}`` dropped from its
+  ``by (...)`` lists, e.g. ``sum by ({label}, le)`` -> ``sum by (le)``, and every ``{prefix}NAME``
+  selector restricted to the policy's groups (``NAME{instance=~"host1:port|host2:port"}``), so
+  that other targets with the same metrics (another fleet, a test box) do not count. A fleet
+  percentile must be computed over all the fleet's buckets; it cannot be combined from the
+  groups' percentiles. Sums (running, queued, request_rate) and the maximum (kv_usage) are
+  combined from the groups' values.
+- ``traffic`` (percentile signals only): observations per second, ``rate(NAME_count[window])``
+  for the template's one ``{prefix}NAME_bucket`` (none when it reads no or several histograms). ``histogram_quantile`` over a window with no
+  observations is NaN: with traffic 0 that is an idle group (value None, no problem); with
+  traffic above 0, or no way to tell, it is ``not_a_number``.
+
+``query_range_split`` fetches a range query in pieces below Prometheus's 11,000 points per series
+(for replaying recorded history).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import math
+import re
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot
+from autoscaler.errors import BadInput, RuntimeFailure
+from autoscaler.policy.model import SIGNAL_NAMES, Policy, Signals
+
+log = logging.getLogger(__name__)
+
+SUM_SIGNALS = ("running", "queued", "request_rate")  # fleet value = sum over groups
+MAX_SIGNALS = ("kv_usage",)  # fleet value = the fullest group
+PERCENTILE_SIGNALS = ("ttft_p99_s", "queue_wait_p99_s")  # fleet value = the fleet query
+MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a range query with more points per series
+
+_PREFIXED_METRIC = re.compile(r"\{prefix\}([A-Za-z0-9_:]+)")
+_BUCKET_METRIC = re.compile(r"\{prefix\}([A-Za-z0-9_:]+)_bucket\b")
+_SELECTOR = re.compile(r"\{prefix\}([A-Za-z0-9_:]+)(\{)?")
+# {label} inside a grouping list, with the comma that joins it to its neighbour.
+_LABEL_IN_LIST = re.compile(r"\{label\}\s*,\s*|\s*,\s*\{label\}|\{label\}")
+_HTTP_STATUS = re.compile(r"^HTTP Status Code (\d+) \((.*)\)$", re.DOTALL)
+
+
+class PrometheusError(RuntimeFailure):
+    """A query failed (``query_range_split``): ``kind`` is ``unreachable`` or ``http_error``."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"prometheus {kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+# ------------------------------------------------------------------------------ query plan
+@dataclass(frozen=True)
+class SignalQueries:
+    """Every query read_signals runs for one signal (None: not applicable to this template)."""
+
+    signal: str
+    by_group: str  # the policy's query, rendered
+    freshness: str | None  # newest sample time per group of the metrics it reads
+    fleet: str | None  # percentile signals: aggregated over all series
+    traffic: str | None  # percentile signals: observations/s per group
+    fleet_traffic: str | None
+
+    def items(self) -> Iterable[tuple[str, str]]:
+        for role in ("by_group", "freshness", "fleet", "traffic", "fleet_traffic"):
+            text = getattr(self, role)
+            if text is not None:
+                yield role, text
+
+
+def _fill(signals: Signals, template: str, percentile: float) -> str:
+    """Render any template with the policy's placeholders, through Signals.render itself."""
+    return signals.model_copy(update={"queries": {"_": template}}).render("_", percentile)
+
+
+def fleet_template(template: str, instances: Sequence[str]) -> str:
+    """The fleet variant of a per-group template: ``{label}`` removed from its ``by (...)`` lists
+    and each ``{prefix}NAME`` selector limited to the fleet's ``instances`` (group label values).
+
+    ``histogram_quantile({quantile}, sum by ({label}, le) (rate({prefix}x_bucket[{window}])))`` ->
+    ``histogram_quantile({quantile}, sum by (le) (rate({prefix}x_bucket{{label}=~"a:1|b:2"}[{window}])))``.
+    ``{label}`` is still a placeholder in the result; render it with ``_fill``.
+    """
+    return _limit_to(_LABEL_IN_LIST.sub("", template), instances)
+
+
+def _limit_to(template: str, instances: Sequence[str]) -> str:
+    """Add ``{label}=~"i1|i2"`` to every ``{prefix}NAME`` selector (merged into an existing ``{...}``)."""
+    # re.escape for the regex, then double the backslashes for the PromQL string literal.
+    alternatives = "|".join(re.escape(i) for i in instances).replace("\\", "\\\\")
+    matcher = '{label}=~"' + alternatives + '"'
+
+    def add(match: re.Match[str]) -> str:
+        if match.group(2):  # NAME{job="x"} -> NAME{{label}=~"..",job="x"}
+            return "{prefix}" + match.group(1) + "{" + matcher + ","
+        return "{prefix}" + match.group(1) + "{" + matcher + "}"
+
+    return _SELECTOR.sub(add, template)
+
+
+def _selector(names: Sequence[str]) -> str:
+    # Metric names hold only [A-Za-z0-9_:], nothing a regex treats specially.
+    return names[0] if len(names) == 1 else '{__name__=~"' + "|".join(names) + '"}'
+
+
+
+def plan_queries(signals: Signals, percentile: float, instances: Sequence[str]) -> dict[str, SignalQueries]:
+    """The queries for every signal, rendered; ``instances`` are the fleet's group label values
+    (``Group.metrics_instance``). ``autoscaler signals --show-queries`` prints them."""
+    label = signals.group_label
+    plan = {}
+    for name in SIGNAL_NAMES:
+        template = signals.queries[name]
+        metrics = list(dict.fromkeys(signals.metric_prefix + m for m in _PREFIXED_METRIC.findall(template)))
+        freshness = f"max by ({label}) (timestamp({_selector(metrics)}))" if metrics else None
+        fleet = traffic = fleet_traffic = None
+        if name in PERCENTILE_SIGNALS:
+            fleet = _fill(signals, fleet_template(template, instances), percentile)
+            histograms = set(_BUCKET_METRIC.findall(template))
+            if len(histograms) == 1:  # else we cannot tell which count stands for the traffic
+                traffic_template = f"sum by ({{label}}) (rate({{prefix}}{histograms.pop()}_count[{{window}}]))"
+                traffic = _fill(signals, traffic_template, percentile)
+                fleet_traffic = _fill(signals, fleet_template(traffic_template, instances), percentile)
+        plan[name] = SignalQueries(
+            signal=name,
+            by_group=signals.render(name, percentile),
+            freshness=freshness,
+            fleet=fleet,
+            traffic=traffic,
+            fleet_traffic=fleet_traffic,
+        )
+    return plan
+
+
+# ------------------------------------------------------------------------------ the client
+def _check_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadInput(f"prometheus URL {url!r} must be http(s)://host[:port]")
+    return url.rstrip("/")
+
+
+def _client(url: str, timeout_s: float, pool_size: int) -> PrometheusConnect:
+    """A PrometheusConnect that never retries and gives up after ``timeout_s`` per request.
+
+    The client's default retries (3, backoff 1 s) take ~6 s against a dead server; a tick cannot
+    wait that long, and the next tick tries again anyway."""
+    no_retry = Retry(total=0, read=False)
+    session = requests.Session()
+    prom = PrometheusConnect(url=url, retry=no_retry, session=session, timeout=timeout_s)
+    # PrometheusConnect mounts an adapter with the default pool of 10 connections; our queries
+    # run concurrently, so give each its own connection (else urllib3 discards and warns).
+    session.mount(url, HTTPAdapter(max_retries=no_retry, pool_connections=1, pool_maxsize=pool_size))
+    return prom
+
+
+@dataclass(frozen=True)
+class _Answer:
+    series: list[dict[str, Any]] | None = None  # None when the query failed
+    kind: str | None = None  # unreachable / http_error when it failed
+    detail: str = ""
+
+
+def _http_error_detail(exc: PrometheusApiClientException) -> str:
+    """``HTTP Status Code 400 (b'{"status":"error",...,"error":"..."}')`` -> ``HTTP 400: ...``."""
+    match = _HTTP_STATUS.match(str(exc))
+    if not match:
+        return str(exc)
+    status, body = match.groups()
+    try:
+        raw = ast.literal_eval(body)
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    except (ValueError, SyntaxError):
+        text = body
+    try:
+        payload = json.loads(text)
+        message = f"{payload.get('errorType', 'error')}: {payload.get('error', text)}"
+    except (ValueError, AttributeError):
+        message = text.strip()[:200]
+    return f"HTTP {status}: {message}"
+
+
+def _query(prom: PrometheusConnect, promql: str, at: float, timeout_s: float) -> _Answer:
+    # Prometheus's own timeout too, so a heavy query is cut server-side rather than left running.
+    params = {"time": f"{at:.3f}", "timeout": f"{timeout_s:g}s"}
+    try:
+        result = prom.custom_query(promql, params=params)
+    except requests.exceptions.ConnectTimeout as exc:
+        return _Answer(kind="unreachable", detail=f"no connection within {timeout_s:g} s ({type(exc).__name__})")
+    except requests.exceptions.Timeout:
+        return _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s")
+    except requests.exceptions.ConnectionError as exc:
+        return _Answer(kind="unreachable", detail=_connection_detail(exc))
+    except PrometheusApiClientException as exc:
+        return _Answer(kind="http_error", detail=_http_error_detail(exc))
+    except (ValueError, KeyError, TypeError) as exc:  # 200 but not the Prometheus API (a wrong URL)
+        return _Answer(kind="http_error", detail=f"not a Prometheus API answer ({type(exc).__name__}: {exc})")
+    except requests.exceptions.RequestException as exc:
+        return _Answer(kind="unreachable", detail=f"{type(exc).__name__}: {exc}")
+    if not isinstance(result, list) or any(not isinstance(s, dict) for s in result):
+        return _Answer(kind="http_error", detail="the answer is not an instant vector (a scalar or string query?)")
+    return _Answer(series=result)
+
+
+def _connection_detail(exc: requests.exceptions.ConnectionError) -> str:
+    text = str(exc)
+    for hint in ("Connection refused", "Name or service not known", "No route to host", "Connection reset"):
+        if hint in text:
+            return hint.lower()
+    return f"connection failed ({text[:160]})"
+
+
+def _run_all(url: str, queries: Mapping[tuple[str, str], str], at: float, timeout_s: float) -> dict[tuple[str, str], _Answer]:
+    """Run every query at once; whatever has not answered ``timeout_s`` (+ slack) later is unreachable.
+
+    Concurrent, so a dead Prometheus costs one connection attempt (refused: milliseconds; a
+    black hole: ``timeout_s``), not one per query."""
+    prom = _client(url, timeout_s, pool_size=len(queries))
+    pool = ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="prometheus-query")
+    try:
+        futures = {pool.submit(_query, prom, q, at, timeout_s): key for key, q in queries.items()}
+        # requests applies timeout_s to the connect and to each read; bound the whole read here.
+        done, _ = wait(futures, timeout=timeout_s + 0.5, return_when=FIRST_EXCEPTION)
+        answers = {}
+        for future, key in futures.items():
+            if future in done and future.exception() is None:
+                answers[key] = future.result()
+            elif future in done:  # a bug in _query, not a Prometheus anomaly: let it surface
+                raise future.exception()  # type: ignore[misc]
+            else:
+                answers[key] = _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s")
+        return answers
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        prom.close()
+
+
+# ------------------------------------------------------------------------------ the snapshot
+def _number(series: dict[str, Any]) -> float | None:
+    """The sample value; None if it is not a finite number (NaN, +Inf, garbage)."""
+    try:
+        value = float(series["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _raw(series: dict[str, Any]) -> str:
+    try:
+        return str(series["value"][1])
+    except (KeyError, IndexError, TypeError):
+        return repr(series)
+
+
+def _split_by_group(series: list[dict[str, Any]], label: str, group_of: Mapping[str, str]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for s in series:
+        value = s.get("metric", {}).get(label)
+        group = group_of.get(value) if value is not None else None
+        if group is None:
+            log.debug("series %s matches no group by %s", s.get("metric"), label)
+            continue
+        out.setdefault(group, []).append(s)
+    return out
+
+
+def _labels_text(series: list[dict]) -> str:
+    return "; ".join("{" + ", ".join(f"{k}={v!r}" for k, v in sorted(s.get("metric", {}).items())) + "}" for s in series)
+
+
+@dataclass
+class _SignalResult:
+    values: dict[str, float | None] = field(default_factory=dict)  # per group
+    fleet: float | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _evaluate(
+    name: str,
+    q: SignalQueries,
+    answers: Mapping[tuple[str, str], _Answer],
+    policy: Policy,
+    expected: frozenset[str],
+    now: float,
+) -> _SignalResult:
+    signals = policy.signals
+    label = signals.group_label
+    group_of = {g.metrics_instance: g.name for g in policy.fleet.groups}
+    out = _SignalResult(values={g.name: None for g in policy.fleet.groups})
+    main = answers[(name, "by_group")]
+    if main.series is None:
+        out.problems.append(Problem(name, None, main.kind or "http_error", f"{main.detail}; query: {q.by_group}"))
+        return out
+    if not main.series:
+        if expected:
+            out.problems.append(Problem(name, None, "empty", f"no series at all; query: {q.by_group}"))
+        return out
+
+    fresh = answers.get((name, "freshness"))
+    if fresh is not None and fresh.series is None:
+        # Without a freshness answer no value can be vouched for.
+        out.problems.append(Problem(name, None, fresh.kind or "http_error", f"freshness query: {fresh.detail}"))
+        return out
+    newest: dict[str, float | None] = {}
+    if fresh is not None:
+        for group, ss in _split_by_group(fresh.series or [], label, group_of).items():
+            newest[group] = max((v for v in map(_number, ss) if v is not None), default=None)
+    traffic = _traffic_by_group(answers.get((name, "traffic")), label, group_of)
+
+    by_group = _split_by_group(main.series, label, group_of)
+    for group in policy.fleet.groups:
+        gname = group.name
+        matched = by_group.get(gname, [])
+        problem: tuple[str, str] | None = None
+        value: float | None = None
+        if not matched:
+            problem = ("absent", f"no series with {label}={group.metrics_instance!r}")
+        elif len(matched) > 1:
+            problem = ("multiple_series", f"{len(matched)} series for one group: {_labels_text(matched)}")
+        elif fresh is not None and (age := _age(newest.get(gname), now)) is not None and age > signals.staleness_s:
+            problem = ("stale", f"newest sample is {age:.1f} s old (limit {signals.staleness_s:g} s)")
+        elif fresh is not None and newest.get(gname) is None:
+            problem = (
+                "stale",
+                "no sample within Prometheus's lookback: the target's series ended "
+                "(it is down or failing its scrapes) while the query's window still holds old samples",
+            )
+        else:
+            value = _number(matched[0])
+            if value is None:
+                if name in PERCENTILE_SIGNALS and _is_idle(traffic, gname):
+                    pass  # no requests in the window: unknown latency, not an anomaly
+                else:
+                    problem = ("not_a_number", _nan_detail(name, _raw(matched[0]), traffic, gname))
+        if problem is None:
+            out.values[gname] = value
+        elif gname in expected:
+            out.problems.append(Problem(name, gname, *problem))
+        # A group not expected to serve (off, draining) reports what it has, but no problems.
+    out.fleet = _fleet_value(name, q, answers, out, expected)
+    return out
+
+
+def _age(newest: float | None, now: float) -> float | None:
+    return None if newest is None else now - newest
+
+
+def _traffic_by_group(answer: _Answer | None, label: str, group_of: Mapping[str, str]) -> dict[str, float | None] | None:
+    if answer is None or answer.series is None:
+        return None
+    return {g: (_number(ss[0]) if len(ss) == 1 else None) for g, ss in _split_by_group(answer.series, label, group_of).items()}
+
+
+def _is_idle(traffic: Mapping[str, float | None] | None, group: str | None) -> bool:
+    return traffic is not None and traffic.get(group) == 0.0
+
+
+def _nan_detail(name: str, raw: str, traffic: Mapping[str, float | None] | None, group: str | None) -> str:
+    if name not in PERCENTILE_SIGNALS:
+        return f"value {raw}"
+    if traffic is None:
+        return f"value {raw}; cannot tell an idle window from a broken histogram (no traffic query)"
+    rate = traffic.get(group)
+    if rate is None:
+        return f"value {raw}; the histogram's _count is missing or not a number"
+    return f"value {raw} while {rate:.3g} observations/s (a broken histogram, e.g. no +Inf bucket)"
+
+
+def _fleet_value(
+    name: str, q: SignalQueries, answers: Mapping[tuple[str, str], _Answer], out: _SignalResult, expected: frozenset[str]
+) -> float | None:
+    """Sums and the maximum combine the groups; a percentile comes from the fleet query.
+
+    None when any expected group has a problem with this signal: a partial sum would understate
+    demand (and could drive a scale-down) exactly when a group is failing."""
+    if any(p.group in expected for p in out.problems):
+        return None
+    known = [v for v in out.values.values() if v is not None]
+    if name in SUM_SIGNALS:
+        return math.fsum(known) if known else None
+    if name in MAX_SIGNALS:
+        return max(known) if known else None
+    if q.fleet is None:
+        return None
+    answer = answers[(name, "fleet")]
+    if answer.series is None:
+        out.problems.append(Problem(name, None, answer.kind or "http_error", f"fleet query: {answer.detail}"))
+        return None
+    if not answer.series:
+        if expected:
+            out.problems.append(Problem(name, None, "empty", f"fleet query returned no series: {q.fleet}"))
+        return None
+    if len(answer.series) > 1:
+        detail = f"fleet query returned {len(answer.series)} series: {_labels_text(answer.series)}"
+        out.problems.append(Problem(name, None, "multiple_series", detail))
+        return None
+    value = _number(answer.series[0])
+    if value is None:
+        traffic_answer = answers.get((name, "fleet_traffic"))
+        traffic = None
+        if traffic_answer is not None and traffic_answer.series is not None:
+            traffic = {None: _number(traffic_answer.series[0]) if len(traffic_answer.series) == 1 else None}
+        if not _is_idle(traffic, None):
+            out.problems.append(Problem(name, None, "not_a_number", _nan_detail(name, _raw(answer.series[0]), traffic, None)))
+    return value
+
+
+def read_signals(
+    policy: Policy,
+    prometheus_url: str,
+    now: float | None = None,
+    *,
+    expected_groups: Iterable[str] | None = None,
+) -> SignalSnapshot:
+    """The load signals at ``now`` (epoch s; default: the clock), one value or problem per signal.
+
+    ``expected_groups``: the groups that should be serving (default: every group of the policy).
+    Only they raise ``absent``/``stale``/... problems; another group's series are reported when
+    they are valid and fresh (a draining group still has running requests) and ignored otherwise.
+
+    Every query runs concurrently with ``policy.signals.timeout_s`` per request and no retries,
+    so a dead Prometheus costs at most about ``timeout_s`` + 0.5 s. Raises BadInput only for a
+    malformed URL or an unknown expected group; Prometheus anomalies are problems in the snapshot.
+    """
+    url = _check_url(prometheus_url)
+    at = time.time() if now is None else now
+    names = set(policy.fleet.group_names())
+    expected = frozenset(names if expected_groups is None else expected_groups)
+    if expected - names:
+        raise BadInput(f"expected group {sorted(expected - names)[0]!r} is not in the policy ({', '.join(sorted(names))})")
+    instances = [g.metrics_instance for g in policy.fleet.groups]
+    plan = plan_queries(policy.signals, policy.slo.ttft_percentile, instances)
+    queries = {(name, role): text for name, q in plan.items() for role, text in q.items()}
+    answers = _run_all(url, queries, at, policy.signals.timeout_s)
+    per_signal = {name: _evaluate(name, plan[name], answers, policy, expected, at) for name in SIGNAL_NAMES}
+    groups = {
+        g.name: GroupSignals(**{name: per_signal[name].values[g.name] for name in SIGNAL_NAMES})
+        for g in policy.fleet.groups
+    }
+    fleet = GroupSignals(**{name: per_signal[name].fleet for name in SIGNAL_NAMES})
+    problems = tuple(p for name in SIGNAL_NAMES for p in per_signal[name].problems)
+    return SignalSnapshot(at=at, groups=groups, fleet=fleet, problems=problems)
+
+
+def is_unreachable(snapshot: SignalSnapshot) -> bool:
+    """True when Prometheus could not be reached for some signal (the CLI then exits 1)."""
+    return any(p.kind == "unreachable" for p in snapshot.problems)
+
+
+# ------------------------------------------------------------------------------ range queries
+@dataclass(frozen=True)
+class RangeSeries:
+    """One series of a range query: its labels and (epoch s, value) samples in time order."""
+
+    labels: Mapping[str, str]
+    samples: tuple[tuple[float, float], ...]
+
+
+def range_chunks(start: float, end: float, step_s: float, max_points: int = MAX_POINTS_PER_SERIES) -> list[tuple[float, float]]:
+    """Split [start, end] into ranges of at most ``max_points`` points on the same step grid.
+
+    A range query evaluates at start, start+step, ..., up to end: (end - start) / step + 1 points.
+    Each chunk holds ``max_points`` of them and the next starts one step after it ends, so no
+    point is fetched twice. E.g. a week at 15 s = 40,321 points -> 4 chunks (11,000 x 3 + 7,321).
+    """
+    if step_s <= 0:
+        raise BadInput(f"step {step_s:g} s must be above 0")
+    if end < start:
+        raise BadInput(f"end {end:g} is before start {start:g}")
+    total = int(math.floor((end - start) / step_s + 1e-9)) + 1
+    chunks = []
+    for first in range(0, total, max_points):  # bounded: ceil(total / max_points) chunks
+        last = min(first + max_points, total) - 1
+        chunks.append((start + first * step_s, start + last * step_s))
+    return chunks
+
+
+def query_range_split(
+    url: str,
+    promql: str,
+    start: float,
+    end: float,
+    step: float,
+    *,
+    timeout_s: float = 30.0,
+    max_points: int = MAX_POINTS_PER_SERIES,
+) -> list[RangeSeries]:
+    """A range query of any length: fetched in chunks of at most ``max_points`` points per series
+    (Prometheus refuses more than 11,000) and merged by label set, in first-seen order.
+
+    Times are epoch seconds; ``step`` is seconds. Raises PrometheusError (kind ``unreachable`` or
+    ``http_error``, exit code 1) when a chunk fails; BadInput for a bad range or URL."""
+    url = _check_url(url)
+    prom = _client(url, timeout_s, pool_size=1)
+    merged: dict[frozenset, tuple[dict[str, str], list[tuple[float, float]]]] = {}
+    try:
+        for chunk_start, chunk_end in range_chunks(start, end, step, max_points):
+            # The client rounds start and end to whole seconds; its params may override them,
+            # which keeps fractional times on the step grid.
+            params = {"start": f"{chunk_start:.3f}", "end": f"{chunk_end:.3f}", "timeout": f"{timeout_s:g}s"}
+            try:
+                result = prom.custom_query_range(
+                    promql, start_time=_dt(chunk_start), end_time=_dt(chunk_end), step=f"{step:g}", params=params
+                )
+            except requests.exceptions.Timeout as exc:
+                raise PrometheusError("unreachable", f"no answer within {timeout_s:g} s from {url}") from exc
+            except requests.exceptions.ConnectionError as exc:
+                raise PrometheusError("unreachable", f"{_connection_detail(exc)} at {url}") from exc
+            except PrometheusApiClientException as exc:
+                raise PrometheusError("http_error", f"{_http_error_detail(exc)}; query: {promql}") from exc
+            except (ValueError, KeyError, TypeError) as exc:
+                raise PrometheusError("http_error", f"not a Prometheus API answer from {url} ({exc})") from exc
+            for series in result or []:
+                labels = dict(series.get("metric", {}))
+                key = frozenset(labels.items())
+                samples = merged.setdefault(key, (labels, []))[1]
+                samples.extend((float(t), float(v)) for t, v in series.get("values", []))
+    finally:
+        prom.close()
+    return [RangeSeries(labels, tuple(samples)) for labels, samples in merged.values()]
+
+
+def _dt(t: float):
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, tz=timezone.utc)
