@@ -1,0 +1,140 @@
+"""``autoscaler simulate``: replay a trace through the fleet with the real decision core."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime, timezone
+
+from autoscaler.cli.common import print_json, time_arg
+from autoscaler.errors import BadInput
+from autoscaler.policy import load_policy
+from autoscaler.sim.backtest import HPA_DEFAULT_TARGET, backtest, prepare_trace, results_json
+from autoscaler.sim.timeline import minute_rows, write_plot, write_timeline
+
+FORMATS = ("auto", "azure", "mooncake", "servegen", "csv")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="backtest a policy on a recorded trace (and compare with HPA and the oracle)")
+    p.add_argument("--policy", required=True, metavar="FILE")
+    p.add_argument("--trace", metavar="PATH", help="a trace file (or a ServeGen directory)")
+    p.add_argument("--trace-format", choices=FORMATS, default="auto")
+    p.add_argument("--peak-utilization", type=float, default=0.5, metavar="U",
+                   help="rescale so the busiest 5 minutes offer U of the ceiling's slots (default 0.5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start-at", type=time_arg, metavar="T",
+                   help="when a trace without absolute times starts (default Monday 2026-01-05 00:00 UTC)")
+    p.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows and count them")
+    p.add_argument("--compare", action="store_true", help="also run always-on, the HPA sweep and the oracle")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--timeline-out", metavar="FILE.csv", help="write one row per minute of our replay")
+    p.add_argument("--plot", metavar="FILE", help="draw demand against active nodes (.html, .svg or .png)")
+    p.add_argument("--db", metavar="URL", help="write the backtest into the ledger (source 'simulation')")
+    p.set_defaults(func=_run)
+
+
+class _Progress:
+    """A one-line progress display on stderr, only when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, label: str, fraction: float) -> None:
+        now = time.monotonic()
+        if self.enabled and now - self.last > 0.2:
+            self.last = now
+            sys.stderr.write(f"\rsimulating {label}: {100 * fraction:5.1f}%   ")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 50 + "\r")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.trace:
+        raise BadInput("simulate: --trace is required")
+    if not 0 < args.peak_utilization <= 10:
+        raise BadInput(f"--peak-utilization: {args.peak_utilization} must be above 0 and at most 10")
+    loaded = load_policy(args.policy)
+    policy = loaded.policy
+    started = time.perf_counter()
+    start_at = None if args.start_at is None else datetime.fromtimestamp(args.start_at, tz=timezone.utc)
+    trace, factor, info = prepare_trace(args.trace, args.trace_format, policy, args.peak_utilization, args.seed,
+                                        start_at, args.skip_bad_rows)
+    progress = _Progress()
+    runs = backtest(trace, factor, policy, compare=args.compare, seed=args.seed, keep_decisions=bool(args.db),
+                    progress=progress)
+    progress.done()
+    out = results_json(runs, policy, info, time.perf_counter() - started)
+    ours = runs["ours"]
+    nodes = policy.fleet.group_size_nodes
+    if args.timeline_out or args.plot:
+        rows = minute_rows(trace, ours.result, nodes)
+        if args.timeline_out:
+            write_timeline(args.timeline_out, rows)
+        if args.plot:
+            title = (f"{info['format']} trace x{factor:.4g}: demand vs active nodes, saving "
+                     f"{out['savings_pct']:.1f}% of node-hours, SLO attainment {100 * out['slo_attainment']:.2f}%")
+            write_plot(args.plot, rows, title, policy.fleet.ceiling_groups * nodes,
+                       policy.fleet.requests_per_group / nodes)
+    if args.db:
+        from autoscaler.sim.ledger_export import export_backtest
+
+        out["ledger_run_id"] = export_backtest(args.db, loaded, trace, ours, label=args.trace)
+    if args.json:
+        print_json(out)
+    else:
+        _print_table(out)
+    return 0
+
+
+def _print_table(out: dict) -> None:
+    cols = [("ours", out)]
+    ref = out.get("reference")
+    if ref:
+        cols += [("always-on", ref["static"]), (f"hpa@{HPA_DEFAULT_TARGET}", ref["hpa"]), ("oracle", ref["oracle"])]
+    rows = [
+        ("requests", "requests", "{:,}"),
+        ("node-hours", "node_hours", "{:,.1f}"),
+        ("always-on node-hours", "baseline_node_hours", "{:,.1f}"),
+        ("saving %", "savings_pct", "{:.2f}"),
+        ("SLO attainment %", "slo_attainment", None),
+        ("TTFT p50 s", "ttft_p50_s", "{:.3f}"),
+        ("TTFT p99 s", "ttft_p99_s", "{:.3f}"),
+        ("groups started", "scale_ups", "{:,}"),
+        ("groups drained", "scale_downs", "{:,}"),
+        ("requests cut by drain", "requests_cut_by_drain", "{:,}"),
+        ("wall s", "wall_s", "{:.2f}"),
+    ]
+    t = out["trace"]
+    print(f"trace: {t['format']}, {t['requests_read']:,} rows read, {t['bad_rows']} bad, "
+          f"{t['gap_windows']} collection-gap windows; load scale x{out['load_scale']:.6g}")
+    width = 24
+    print("".ljust(width) + "".join(name.rjust(14) for name, _ in cols))
+    for label, key, fmt in rows:
+        cells = []
+        for _, col in cols:
+            v = col.get(key)
+            if v is None:
+                cells.append("-".rjust(14))
+            elif fmt is None:
+                cells.append(f"{100 * v:.3f}".rjust(14))
+            else:
+                cells.append(fmt.format(v).rjust(14))
+        print(label.ljust(width) + "".join(cells))
+    if ref:
+        print()
+        print("HPA sweep (target utilisation: node-hours, SLO attainment %): " + ", ".join(
+            f"{p['target_utilization']}: {p['node_hours']:,.1f}, {100 * p['slo_attainment']:.3f}"
+            for p in ref["hpa_sweep"]))
+        v = out["verdict"]
+        print(f"vs always-on SLO: {-v['slo_gap_vs_static_pp']:+.3f} pp "
+              f"({'ok' if v['slo_within_0_5pp_of_static'] else 'MORE than 0.5 pp below'}); "
+              f"vs oracle node-hours: x{v['node_hours_vs_oracle']} "
+              f"({'ok' if v['within_10pct_of_oracle'] else 'more than 10% above'}); "
+              f"HPA frontier at our SLO: {v['hpa_frontier_node_hours']:,.1f} node-hours "
+              f"({'ours at or below' if v['at_or_below_hpa_frontier'] else 'ours ABOVE'})")
