@@ -17,6 +17,7 @@ from autoscaler.errors import AutoscalerError
 COMMAND_MODULES = [
     "autoscaler.cli.policy_cmd",
     "autoscaler.cli.decide_cmd",
+    "autoscaler.cli.simulate_cmd",
     "autoscaler.cli.emulate_cmd",
     "autoscaler.cli.signals_cmd",
 ]
