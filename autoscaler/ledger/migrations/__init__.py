@@ -1,0 +1,1 @@
+"""Alembic migrations of the ledger database (see ``autoscaler.ledger.schema``)."""
