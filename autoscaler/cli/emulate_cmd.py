@@ -32,6 +32,9 @@ def register(subparsers) -> None:
                    help="streamed chunks are at least this far apart; tokens due meanwhile go together (default 0.05)")
     w.add_argument("--model-name", default="MiniMaxAI/MiniMax-M2.5", help="model name in info, /v1/models and metric labels")
     w.add_argument("--metric-prefix", default="sglang:", help="prefix of every metric name (default sglang:)")
+    w.add_argument("--explicit-timestamps", action="store_true",
+                   help="stamp every /metrics sample with the time it was served (then the 'frozen' "
+                        "fault leaves stale series in Prometheus instead of absent ones)")
     w.set_defaults(func=_run_worker)
 
     ld = sub.add_parser("load", help="replay a trace against a gateway or worker (OpenAI streaming chat)")
@@ -84,7 +87,8 @@ def _run_worker(args: argparse.Namespace) -> int:
         model_name=args.model_name,
         metric_prefix=args.metric_prefix,
     )
-    config = WorkerConfig(host=args.host, port=args.port, startup_s=args.startup_s, engine=engine)
+    config = WorkerConfig(host=args.host, port=args.port, startup_s=args.startup_s,
+                          explicit_timestamps=args.explicit_timestamps, engine=engine)
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

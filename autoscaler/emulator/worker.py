@@ -49,6 +49,7 @@ class WorkerConfig:
     host: str = "127.0.0.1"
     port: int = 0
     startup_s: float = 0.0
+    explicit_timestamps: bool = False  # stamp every /metrics sample with the time it was served
     engine: EngineConfig = EngineConfig()
 
 
@@ -66,7 +67,8 @@ class Worker:
         self.health_fault = "ok"
         self.metrics_fault = "ok"
         self.metrics_delay_s = 0.0
-        self._frozen: tuple[str, int] | None = None  # text and the time it was frozen (ms)
+        self._frozen: tuple[str, int] | None = None  # stamped text, and its time (ms)
+        self._last_served: tuple[str, int] | None = None  # last /metrics text and when (ms)
         self._handlers = 0  # inference handlers still answering (a stream's last bytes included)
         self._handlers_done = asyncio.Event()
         self._handlers_done.set()
@@ -162,8 +164,36 @@ class Worker:
             text, at_ms = self._frozen
             return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
         self.engine.refresh_gauges()
-        text = self.engine.registry.render(nan_values=mode == "nan")
+        now_ms = int(time.time() * 1000)
+        text = self.engine.registry.render(nan_values=mode == "nan",
+                                           timestamp_ms=now_ms if self.config.explicit_timestamps else None)
+        self._last_served = (text, now_ms)
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    def _freeze(self) -> tuple[str, int]:
+        """The last text a scraper got, every sample stamped with the time it was served.
+
+        What Prometheus 2.42 makes of it (measured, scraping every second):
+        - with ``--explicit-timestamps`` (every sample stamped from the first scrape on), the
+          frozen samples repeat the last ones exactly; Prometheus writes no staleness marker for
+          explicitly stamped series, so every series keeps answering instant queries with its
+          last value for the 5-minute lookback while ``time() - timestamp(series)`` grows:
+          a stale series, with ``up`` 1.
+        - without it, the first frozen scrape adds one sample, the repeats are dropped ("Error
+          on ingesting out-of-order samples") and, as the series switched from scrape-time to
+          explicit stamps, Prometheus marks it stale at once: within about 2 scrapes an instant
+          query returns nothing for every sglang series while ``up`` stays 1.
+        """
+        if self._last_served is None:  # never scraped: freeze the values of now
+            self.engine.refresh_gauges()
+            now_ms = int(time.time() * 1000)
+            self._last_served = (self.engine.registry.render(
+                timestamp_ms=now_ms if self.config.explicit_timestamps else None), now_ms)
+        text, at_ms = self._last_served
+        if not self.config.explicit_timestamps:
+            text = "\n".join(line if not line or line.startswith("#") else f"{line} {at_ms}"
+                              for line in text.split("\n"))
+        return text, at_ms
 
     async def fault(self, request: web.Request) -> web.Response:
         try:
@@ -179,13 +209,7 @@ class Worker:
             return _error(400, f"health: {health!r} is not one of {', '.join(HEALTH_FAULTS)}")
         if metrics is not None:
             if metrics == "frozen" and self.metrics_fault != "frozen":
-                # Freeze the current values, each sample stamped with the time of freezing: a
-                # scraper keeps getting the same old samples, so Prometheus's timestamp() of
-                # every series stays at the freeze time (a stale series, with no staleness
-                # marker) and the series leaves instant queries after the 5-minute lookback.
-                self.engine.refresh_gauges()
-                at_ms = int(time.time() * 1000)
-                self._frozen = (self.engine.registry.render(timestamp_ms=at_ms), at_ms)
+                self._frozen = self._freeze()
             self.metrics_fault = metrics
             self.metrics_delay_s = float(body.get("delay_s", 10.0))
         if health is not None:

@@ -155,8 +155,8 @@ def start_worker(log_dir: Path, *, name: str = "worker", wait_ready: bool = True
     for _attempt in range(3):
         port = free_port()
         argv = [PYTHON, "-m", "autoscaler.emulator", "worker", "--port", str(port)]
-        for key, value in options.items():
-            argv += [f"--{key.replace('_', '-')}", str(value)]
+        for key, value in options.items():  # a value of "" is a flag without a value
+            argv += [f"--{key.replace('_', '-')}"] + ([str(value)] if value != "" else [])
         proc = Proc(argv, Path(log_dir) / f"{name}-{port}.log")
         url = f"http://127.0.0.1:{port}"
         try:
