@@ -19,12 +19,20 @@ from tests.support.procs import (
 
 def test_gateway_registers_a_worker_only_after_its_health_passes(tmp_path):
     with gateway(tmp_path) as gw:
-        w = start_worker(tmp_path, wait_ready=False, startup_s=1.0, decode_tokens_per_s=2000)
+        w = start_worker(tmp_path, wait_ready=False, startup_s=2.0, decode_tokens_per_s=2000)
         try:
             worker_id = gw.add_worker(w.url)  # 202 at once; the add runs in the background
-            # The worker is still starting (/health 503): the gateway does not list it healthy.
-            assert httpx.get(w.url + "/health", timeout=2).status_code == 503
-            assert not any(x["url"] == w.url and x["is_healthy"] for x in gw.workers())
+            # While the worker is starting (/health 503) the gateway must not list it healthy.
+            listed_early = []
+
+            def started():
+                ready = w.state()["ready"]
+                if not ready and any(x["url"] == w.url and x["is_healthy"] for x in gw.workers()):
+                    listed_early.append(time.monotonic())
+                return ready
+
+            wait_until(started, 10.0, what="worker start-up over", proc=w.proc)
+            assert listed_early == []
             entry = gw.wait_healthy(w.url, 15.0)
             assert entry["id"] == worker_id
             assert entry["model_id"] == "MiniMaxAI/MiniMax-M2.5"  # read from the emulator's info
