@@ -132,7 +132,7 @@ def test_ttft_grows_with_prompt_length_and_with_queueing(tmp_path):
         long, short, first, second = asyncio.run(scenario())
         assert long.done and short.done and first.done and second.done
         assert 0.38 <= long.ttft_s < 1.0, long.ttft_s
-        assert short.ttft_s < 0.1, short.ttft_s
+        assert short.ttft_s < 0.2, short.ttft_s
         a, b = sorted([first.ttft_s, second.ttft_s])
         assert 0.09 <= a < 0.3, a
         assert 0.45 <= b < 1.2, b
@@ -326,13 +326,13 @@ def test_fault_modes(tmp_path):
 
 
 def test_sigterm_finishes_in_flight_and_queued_streams_then_exits_0(tmp_path):
-    # 2 slots, 3 streams of 60 tokens at 100 tokens/s (0.6 s each): the third waits in the queue.
+    # 2 slots, 3 streams of 100 tokens at 100 tokens/s (1 s each): the third waits in the queue.
     w = start_worker(tmp_path, max_running=2, decode_tokens_per_s=100)
     try:
         url = w.url + "/v1/chat/completions"
 
         async def scenario():
-            tasks = [asyncio.create_task(stream_post(url, chat_body(f"request {i}", 60), timeout_s=20))
+            tasks = [asyncio.create_task(stream_post(url, chat_body(f"request {i}", 100), timeout_s=20))
                      for i in range(3)]
             await asyncio.to_thread(wait_until, lambda: w.state()["in_flight"] == 3, 10.0, what="3 in flight")
             w.proc.signal(signal.SIGTERM)
@@ -351,7 +351,7 @@ def test_sigterm_finishes_in_flight_and_queued_streams_then_exits_0(tmp_path):
             metric_values(metrics.text)["sglang:num_queue_reqs"] >= 1
         for r in results:
             assert r.error is None and r.done, r
-            assert len(r.content) == 60 * 4
+            assert len(r.content) == 100 * 4
         assert w.proc.wait(timeout=10) == 0
     finally:
         w.proc.kill()
