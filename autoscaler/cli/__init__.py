@@ -18,6 +18,8 @@ COMMAND_MODULES = [
     "autoscaler.cli.policy_cmd",
     "autoscaler.cli.decide_cmd",
     "autoscaler.cli.simulate_cmd",
+    "autoscaler.cli.report_cmd",
+    "autoscaler.cli.why_cmd",
     "autoscaler.cli.emulate_cmd",
     "autoscaler.cli.signals_cmd",
 ]

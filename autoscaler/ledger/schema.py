@@ -60,6 +60,8 @@ def make_engine(url: str) -> Engine:
     except ArgumentError:
         raise BadInput(f"--db: {redact_url(url)!r} is not a database URL (e.g. sqlite:///autoscaler.db)") from None
     backend = parsed.get_backend_name()
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername=_default_pg_driver())
     # One shared encoder (no indent, no circular check): a 14-day backtest writes 160,000 JSON values.
     kwargs: dict = {"json_serializer": _JSON.encode}
     if backend == "sqlite":
@@ -74,6 +76,16 @@ def make_engine(url: str) -> Engine:
     if backend == "sqlite":
         _sqlite_setup(engine)
     return engine
+
+
+def _default_pg_driver() -> str:
+    """A plain postgresql:// URL: SQLAlchemy 2.1 means psycopg 3; use psycopg2 when only it is
+    installed (the test extras bring psycopg2-binary)."""
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2"
+    return "postgresql"
 
 
 def _sqlite_setup(engine: Engine) -> None:

@@ -127,7 +127,7 @@ def story(start: float = T0, hours: float = 48, tick_s: float = 900) -> Story:
             decisions.append((start + offset, make_decision("hold", "steady", active, None, demand_at(hour), active)))
     events = [
         GroupEvent(start + h * H, g, e, decision_index=index_at[round(h * H)] if caused else None)
-        for h, g, e, caused, _ in EVENTS
+        for h, g, e, caused, _ in EVENTS if h * H < hours * H
     ]
     intervals = [
         NodeInterval(node, g, state, start + a * H, start + min(b, hours) * H)

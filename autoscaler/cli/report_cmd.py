@@ -1,0 +1,75 @@
+"""``autoscaler report``: what the fleet cost, what it would have cost always on, and the saving."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from autoscaler.errors import BadInput, RuntimeFailure
+from autoscaler.ledger.report import BY, FORMATS, build_report, parse_when, render, zone
+from autoscaler.ledger.store import Ledger
+from autoscaler.settings import load_settings
+
+SOURCES = ("live", "simulation", "all")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="cost report from the ledger: cost, always-on baseline and saving by period")
+    p.add_argument("--db", metavar="URL", help="ledger database (default: $AUTOSCALER_DATABASE_URL, "
+                   "else sqlite:///autoscaler.db)")
+    p.add_argument("--from", dest="start", metavar="T", help="start: a date (midnight in --tz) or an ISO 8601 time")
+    p.add_argument("--to", dest="end", metavar="T", help="end (exclusive), like --from")
+    p.add_argument("--by", default="day", help="one row per day, week (from Monday) or month (default day)")
+    p.add_argument("--source", help="live (default), simulation or all: sources are never mixed unasked")
+    p.add_argument("--run", type=int, metavar="ID", help="only this run (then --from/--to default to its span)")
+    p.add_argument("--tz", default="UTC", help="IANA time zone of the periods and dates (default UTC)")
+    p.add_argument("--format", default="table", help="table (default), csv, json, md or html")
+    p.add_argument("--output", metavar="FILE", help="write here instead of stdout")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.format not in FORMATS:
+        raise BadInput(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
+    if args.by not in BY:
+        raise BadInput(f"--by: {args.by!r} is not one of {', '.join(BY)}")
+    if args.source is not None and args.source not in SOURCES:
+        raise BadInput(f"--source: {args.source!r} is not one of {', '.join(SOURCES)}")
+    tz = zone(args.tz)
+    start = parse_when(args.start, tz, "--from") if args.start else None
+    end = parse_when(args.end, tz, "--to") if args.end else None
+    if args.run is None and (start is None or end is None):
+        raise BadInput("--from and --to are required (or name one run with --run)")
+    if start is not None and end is not None and end <= start:
+        raise BadInput("--to must be after --from")
+    settings = load_settings(db=args.db)
+    now = time.time()
+    with Ledger(settings.database_url, create=False) as ledger:
+        source = args.source or "live"
+        if args.run is not None:
+            found = ledger.runs(run_id=args.run)
+            if not found:
+                raise BadInput(f"--run: there is no run {args.run}")
+            run = found[0]
+            if args.source not in (None, "all", run.source):
+                raise BadInput(f"--run: run {run.id} is a {run.source} run, not {args.source}")
+            source = run.source
+            start = run.started_at if start is None else start
+            end = (run.ended_at or now) if end is None else end
+            if end <= start:
+                raise BadInput("--to must be after --from")
+        runs = ledger.runs(source=source if args.run is None else "all", start=start, end=end, run_id=args.run)
+        data = ledger.period_data(runs, start, end, with_load=args.format == "html")
+    report = build_report(data, start, end, by=args.by, tz=tz, source=source, now=now, run_id=args.run)
+    text = render(report, args.format)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8", newline="")
+        except OSError as exc:
+            raise RuntimeFailure(f"--output: cannot write {args.output}: {exc.strerror or exc}") from exc
+        print(f"wrote {args.output} ({args.format}, {len(report.rows)} rows)", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

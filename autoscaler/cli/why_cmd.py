@@ -1,0 +1,54 @@
+"""``autoscaler why``: why the fleet looked the way it did at an instant, or what acted in a range."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from autoscaler.cli.common import check_range, print_json, time_arg
+from autoscaler.errors import BadInput
+from autoscaler.ledger.store import Ledger
+from autoscaler.ledger.why import render_at, render_range, why_at, why_range
+from autoscaler.settings import load_settings
+
+SOURCES = ("live", "simulation", "all")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("why", help="explain the fleet at an instant (--at) or the decisions that acted in a range")
+    p.add_argument("--db", metavar="URL", help="ledger database (default: $AUTOSCALER_DATABASE_URL, "
+                   "else sqlite:///autoscaler.db)")
+    p.add_argument("--at", type=time_arg, metavar="T", help="the instant (ISO 8601; UTC without a zone)")
+    p.add_argument("--from", dest="start", type=time_arg, metavar="T", help="start of a range")
+    p.add_argument("--to", dest="end", type=time_arg, metavar="T", help="end of a range")
+    p.add_argument("--group", metavar="NAME", help="only this group")
+    p.add_argument("--source", default="live", help="live (default), simulation or all")
+    p.add_argument("--run", type=int, metavar="ID", help="this run (needed when several simulations cover --at)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.source not in SOURCES:
+        raise BadInput(f"--source: {args.source!r} is not one of {', '.join(SOURCES)}")
+    ranged = args.start is not None or args.end is not None
+    if args.at is None and not ranged:
+        raise BadInput("give --at T, or --from T --to T")
+    if args.at is not None and ranged:
+        raise BadInput("give either --at or --from/--to, not both")
+    if ranged and (args.start is None or args.end is None):
+        raise BadInput("a range needs both --from and --to")
+    check_range(args.start, args.end)
+    settings = load_settings(db=args.db)
+    with Ledger(settings.database_url, create=False) as ledger:
+        if args.at is not None:
+            answer = why_at(ledger, args.at, source=args.source, group=args.group, run_id=args.run)
+            text = render_at(answer)
+        else:
+            answer = why_range(ledger, args.start, args.end, source=args.source, group=args.group, run_id=args.run)
+            text = render_range(answer)
+    if args.json:
+        print_json(answer)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,577 @@
+"""Cost reports from the ledger: rows by day, week (Monday) or month in a time zone, and totals,
+as a table, CSV, JSON, Markdown or one self-contained HTML page.
+
+``build_report`` is pure (it gets the ledger's data and ``now``); the ``render_*`` functions turn
+its result into text. Each run is charged with the cost model of the policy in force in it at the
+time (``policy_loads``), so a report reads the same later and runs with different cost models can
+share a period. Money is rounded once per row; totals are the sums of the rounded rows (see
+``cost.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from autoscaler.core.types import parse_time
+from autoscaler.errors import BadInput
+from autoscaler.ledger.cost import (
+    Figures,
+    FleetSize,
+    Prices,
+    cost_of,
+    moment,
+    rounded,
+    usage_between,
+)
+from autoscaler.ledger.html_template import PAGE
+from autoscaler.ledger.store import PeriodData, RunInfo
+
+BY = ("day", "week", "month")
+FORMATS = ("table", "csv", "json", "md", "html")
+ROW_KEYS = (
+    "start", "end", "node_hours", "energy_kwh", "variable_cost", "fixed_cost", "total_cost",
+    "baseline_variable_cost", "baseline_total_cost", "saving_variable", "saving_pct_variable", "saving_pct_total",
+)  # fmt: skip
+_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+# ------------------------------------------------------------------------------ time helpers
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise BadInput(f"--tz: {name!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+
+
+def parse_when(text: str, tz: ZoneInfo, flag: str) -> float:
+    """--from/--to: a bare date is midnight of that day in ``tz`` (a Berlin month is
+    --from 2026-01-01 --to 2026-02-01 --tz Europe/Berlin); a time without a zone is UTC."""
+    try:
+        if _DATE_ONLY.match(text.strip()):
+            return datetime.combine(date.fromisoformat(text.strip()), time(0), tzinfo=tz).timestamp()
+        return parse_time(text)
+    except ValueError:
+        raise BadInput(f"{flag}: {text!r} is not a date or ISO 8601 time (e.g. 2026-01-05 or 2026-01-05T09:00:00Z)") from None
+
+
+def _local_midnight(d: date, tz: ZoneInfo) -> Fraction:
+    return moment(datetime.combine(d, time(0), tzinfo=tz).timestamp())
+
+
+def buckets(start: Fraction, end: Fraction, by: str, tz: ZoneInfo) -> list[tuple[Fraction, Fraction]]:
+    """[start, end) cut at local midnights (day), Monday midnights (week) or first-of-month
+    midnights (month) in ``tz``; the first and last piece may be partial."""
+    if by not in BY:
+        raise BadInput(f"--by: {by!r} is not one of {', '.join(BY)}")
+    d = datetime.fromtimestamp(float(start), tz).date()
+    if by == "week":
+        d -= timedelta(days=d.weekday())
+    elif by == "month":
+        d = d.replace(day=1)
+    out = []
+    edge = _local_midnight(d, tz)
+    while edge < end:
+        if by == "day":
+            d += timedelta(days=1)
+        elif by == "week":
+            d += timedelta(days=7)
+        else:
+            d = (d.replace(day=28) + timedelta(days=4)).replace(day=1)
+        nxt = _local_midnight(d, tz)
+        lo, hi = max(edge, start), min(nxt, end)
+        if hi > lo:
+            out.append((lo, hi))
+        edge = nxt
+    return out
+
+
+def local_iso(t: Fraction | float, tz: ZoneInfo) -> str:
+    value = datetime.fromtimestamp(float(t), tz)
+    if value.microsecond == 0:
+        text = value.isoformat()
+    else:
+        text = value.isoformat(timespec="microseconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") and tz.key == "UTC" else text
+
+
+# ------------------------------------------------------------------------------ the report
+@dataclass
+class Row:
+    start: Fraction
+    end: Fraction
+    figures: Figures
+    runs: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Report:
+    start: Fraction
+    end: Fraction
+    source: str
+    by: str
+    tz: ZoneInfo
+    now: Fraction
+    currency: str | None
+    rows: list[Row]
+    runs: list[RunInfo]
+    open_intervals: int  # intervals still open, counted up to now
+    active_nodes: list[tuple[float, int]]  # step points (t, active nodes from t on)
+    load: list[tuple[float, float]]  # (t, demand)
+    ceiling_nodes: int
+    fixed_monthly: list[tuple[str, Decimal]]  # (currency, monthly fixed cost of the fleet) per cost model
+    run_id: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.rows
+
+    @property
+    def totals(self) -> Figures:
+        total = Figures()
+        for row in self.rows:
+            total = total + row.figures
+        return total
+
+
+def build_report(
+    data: PeriodData, start: float, end: float, *, by: str, tz: ZoneInfo, source: str, now: float,
+    run_id: int | None = None,
+) -> Report:
+    """The report of [start, end) from the ledger's data (pure)."""
+    lo_all, hi_all, now_f = moment(start), moment(end), moment(now)
+    currencies: dict[str, list[int]] = {}
+    fixed_monthly: dict[tuple[str, Decimal], None] = {}
+    ceiling = 0
+    for run in data.runs:
+        for p in data.policies.get(run.id, []):
+            currencies.setdefault(p.cost["currency"], []).append(run.id)
+            prices, size = Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet)
+            monthly = prices.fixed_monthly_per_node * size.nodes + prices.fixed_monthly_fleet
+            fixed_monthly[(prices.currency, rounded(monthly, "money"))] = None
+            ceiling = max(ceiling, size.ceiling_nodes)
+    if len(currencies) > 1:
+        which = "; ".join(f"{c}: runs {', '.join(map(str, sorted(set(ids))))}" for c, ids in currencies.items())
+        raise BadInput(f"the runs in this period use different currencies ({which}); report them apart with --run")
+    rows: list[Row] = []
+    for b0, b1 in buckets(lo_all, hi_all, by, tz):
+        if b0 >= now_f:
+            break
+        row = Row(b0, b1, Figures())
+        for run in data.runs:
+            for p in data.policies.get(run.id, []):
+                s0 = moment(p.start)
+                s1 = now_f if p.end is None else moment(p.end)
+                lo, hi = max(b0, s0), min(b1, s1, now_f)
+                if hi <= lo:
+                    continue
+                usage = usage_between(data.intervals.get(run.id, []), data.tokens.get(run.id, []), lo, hi, now_f)
+                row.figures = row.figures + cost_of(usage, Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet))
+                row.runs.add(run.id)
+        rows.append(row)
+    if not any(r.runs for r in rows):
+        rows = []
+    open_count = sum(
+        1 for ivs in data.intervals.values() for iv in ivs
+        if iv.end is None and moment(iv.start) < min(hi_all, now_f)
+    )
+    return Report(
+        start=lo_all, end=hi_all, source=source, by=by, tz=tz, now=now_f,
+        currency=next(iter(currencies), None), rows=rows, runs=list(data.runs), open_intervals=open_count,
+        active_nodes=_active_steps(data, lo_all, min(hi_all, now_f), now_f), load=list(data.load),
+        ceiling_nodes=ceiling, fixed_monthly=list(fixed_monthly), run_id=run_id,
+    )
+
+
+def _active_steps(data: PeriodData, lo: Fraction, hi: Fraction, now: Fraction) -> list[tuple[float, int]]:
+    """Active nodes over [lo, hi) as step points (t, count from t on)."""
+    changes: dict[Fraction, int] = {}
+    for ivs in data.intervals.values():
+        for iv in ivs:
+            if iv.state != "active":
+                continue
+            s, e = max(moment(iv.start), lo), min(now if iv.end is None else moment(iv.end), hi)
+            if e > s:
+                changes[s] = changes.get(s, 0) + 1
+                changes[e] = changes.get(e, 0) - 1
+    points, level = [], 0
+    if lo not in changes:
+        points.append((float(lo), 0))
+    for t in sorted(changes):
+        level += changes[t]
+        points.append((float(t), level))
+    return points
+
+
+# ------------------------------------------------------------------------------ row values
+def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, parts: dict[str, Decimal]) -> dict[str, Any]:
+    """One row for output: ``parts`` are the rounded primitives; the rest is derived from them."""
+    total = parts["variable_cost"] + parts["fixed_cost"]
+    base_total = parts["baseline_variable_cost"] + parts["fixed_cost"]
+    return {
+        "start": local_iso(start, tz),
+        "end": local_iso(end, tz),
+        "node_hours": parts["node_hours_active"],
+        "energy_kwh": parts["energy_kwh"],
+        "variable_cost": parts["variable_cost"],
+        "fixed_cost": parts["fixed_cost"],
+        "total_cost": total,
+        "baseline_variable_cost": parts["baseline_variable_cost"],
+        "baseline_total_cost": base_total,
+        "saving_variable": parts["baseline_variable_cost"] - parts["variable_cost"],
+        "saving_pct_variable": rounded(fig.saving_pct_variable, "pct"),
+        "saving_pct_total": rounded(fig.saving_pct_total, "pct"),
+        "node_hours_by_state": {
+            "active": parts["node_hours_active"], "idle": parts["node_hours_idle"], "off": parts["node_hours_off"],
+        },
+        "baseline_node_hours": parts["baseline_node_hours"],
+        "covered_hours": parts["covered_hours"],
+        "prompt_tokens": int(parts["prompt_tokens"]),
+        "generation_tokens": int(parts["generation_tokens"]),
+        "cost_per_million_tokens": rounded(fig.cost_per_million_tokens, "per_token"),
+        "open_intervals": fig.open_intervals,
+    }
+
+
+def _parts(fig: Figures) -> dict[str, Decimal]:
+    return {
+        "node_hours_active": rounded(fig.node_hours_by_state["active"], "hours"),
+        "node_hours_idle": rounded(fig.node_hours_by_state["idle"], "hours"),
+        "node_hours_off": rounded(fig.node_hours_by_state["off"], "hours"),
+        "covered_hours": rounded(fig.span_hours, "hours"),
+        "energy_kwh": rounded(fig.energy_kwh, "kwh"),
+        "variable_cost": rounded(fig.variable_cost, "money"),
+        "fixed_cost": rounded(fig.fixed_cost, "money"),
+        "baseline_node_hours": rounded(fig.baseline_node_hours, "hours"),
+        "baseline_variable_cost": rounded(fig.baseline_variable_cost, "money"),
+        "prompt_tokens": rounded(fig.prompt_tokens, "tokens"),
+        "generation_tokens": rounded(fig.generation_tokens, "tokens"),
+    }  # type: ignore[return-value]
+
+
+def report_rows(report: Report) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows and the totals as output values (Decimals). Totals = sums of the rounded rows."""
+    rows, sums = [], None
+    for row in report.rows:
+        parts = _parts(row.figures)
+        out = _row_values(row.start, row.end, row.figures, report.tz, parts)
+        out["runs"] = sorted(row.runs)
+        rows.append(out)
+        sums = dict(parts) if sums is None else {k: sums[k] + parts[k] for k in sums}
+    exact_total = report.totals
+    if sums is None:
+        sums = _parts(exact_total)
+    totals = _row_values(report.start, report.end, exact_total, report.tz, sums)
+    totals["open_intervals"] = report.open_intervals
+    totals["runs"] = sorted({r for row in report.rows for r in row.runs})
+    return rows, totals
+
+
+# ------------------------------------------------------------------------------ renderers
+def _num(value: Any) -> Any:
+    """A Decimal as a JSON number with the digits it has (12.30 -> 12.3)."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else float(value)
+    if isinstance(value, dict):
+        return {k: _num(v) for k, v in value.items()}
+    return value
+
+
+def render_json(report: Report) -> str:
+    rows, totals = report_rows(report)
+    doc = {
+        "from": local_iso(report.start, report.tz),
+        "to": local_iso(report.end, report.tz),
+        "source": report.source,
+        "currency": report.currency,
+        "rows": [_num(r) for r in rows],
+        "totals": _num(totals),
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+CSV_COLUMNS = (
+    "period", "start", "end", "node_hours", "node_hours_idle", "node_hours_off", "energy_kwh", "variable_cost",
+    "fixed_cost", "total_cost", "baseline_node_hours", "baseline_variable_cost", "baseline_total_cost",
+    "saving_variable", "saving_pct_variable", "saving_pct_total", "covered_hours", "prompt_tokens",
+    "generation_tokens", "cost_per_million_tokens", "open_intervals", "currency",
+)  # fmt: skip
+
+
+def _period_label(start: Fraction, end: Fraction, by: str, tz: ZoneInfo) -> str:
+    s = datetime.fromtimestamp(float(start), tz)
+    if by == "month":
+        return s.strftime("%Y-%m")
+    return s.date().isoformat()
+
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    out["node_hours_idle"] = row["node_hours_by_state"]["idle"]
+    out["node_hours_off"] = row["node_hours_by_state"]["off"]
+    return out
+
+
+def render_csv(report: Report) -> str:
+    rows, totals = report_rows(report)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in rows + [totals]:
+        flat = _flat(row)
+        flat["currency"] = report.currency or ""
+        flat["period"] = "TOTAL" if row is totals else _period_label(
+            parse_iso(row["start"]), parse_iso(row["end"]), report.by, report.tz)
+        writer.writerow(["" if flat[c] is None else flat[c] for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def parse_iso(text: str) -> Fraction:
+    return moment(parse_time(text))
+
+
+def _money(x: Decimal | None) -> str:
+    return "n/a" if x is None else f"{x:,.2f}"
+
+
+def _pct(x: Decimal | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
+def _notes(report: Report) -> list[str]:
+    notes = []
+    if report.empty:
+        what = f"run {report.run_id}" if report.run_id is not None else f"{report.source} runs"
+        notes.append(f"No {what} recorded anything between {local_iso(report.start, report.tz)} and "
+                     f"{local_iso(report.end, report.tz)}: the report is empty.")
+        return notes
+    if report.open_intervals:
+        notes.append(f"* {report.open_intervals} node interval(s) were still open: they are counted up to "
+                     f"{local_iso(report.now, report.tz)} (now), so these rows will still grow.")
+    notes.append("Variable cost is what turning nodes off saves (power and node-hour fees); fixed cost "
+                 "(capital, support) is paid either way, so the saving on total cost is smaller.")
+    notes.append("Baseline = the policy's ceiling always on over the same hours. A month counts as 730 hours.")
+    return notes
+
+
+_TABLE_COLUMNS = (
+    ("period", "Period"), ("node_hours", "Node-h"), ("energy_kwh", "kWh"), ("variable_cost", "Variable"),
+    ("fixed_cost", "Fixed"), ("total_cost", "Total"), ("baseline_variable_cost", "Base var"),
+    ("baseline_total_cost", "Base total"), ("saving_variable", "Saved var"), ("saving_pct_variable", "Var %"),
+    ("saving_pct_total", "Total %"),
+)  # fmt: skip
+
+
+def _cells(report: Report) -> tuple[list[list[str]], list[str]]:
+    rows, totals = report_rows(report)
+    out = []
+    for row in rows + [totals]:
+        cells = []
+        for key, _ in _TABLE_COLUMNS:
+            if key == "period":
+                label = "TOTAL" if row is totals else _period_label(parse_iso(row["start"]), parse_iso(row["end"]),
+                                                                      report.by, report.tz)
+                cells.append(label + ("*" if row is not totals and row["open_intervals"] else ""))
+            elif key.startswith("saving_pct"):
+                cells.append(_pct(row[key]))
+            elif key in ("node_hours",):
+                cells.append(f"{row[key]:.2f}")
+            elif key == "energy_kwh":
+                cells.append(f"{row[key]:.1f}")
+            else:
+                cells.append(_money(row[key]))
+        out.append(cells)
+    return out, [title for _, title in _TABLE_COLUMNS]
+
+
+def _headline(report: Report) -> list[str]:
+    _, totals = report_rows(report)
+    cur = report.currency or ""
+    return [
+        f"Cost {_money(totals['total_cost'])} {cur} (variable {_money(totals['variable_cost'])}, fixed "
+        f"{_money(totals['fixed_cost'])}); always on at the ceiling: {_money(totals['baseline_total_cost'])} {cur}.",
+        f"Saving: {_money(totals['saving_variable'])} {cur} = {_pct(totals['saving_pct_variable'])} of variable "
+        f"cost, {_pct(totals['saving_pct_total'])} of total cost.",
+    ]
+
+
+def _title(report: Report) -> str:
+    what = f"run {report.run_id}" if report.run_id is not None else f"source {report.source}"
+    return (f"Fleet cost {local_iso(report.start, report.tz)} to {local_iso(report.end, report.tz)} "
+            f"by {report.by} ({report.tz.key}), {what}")
+
+
+def render_table(report: Report) -> str:
+    lines = [_title(report)]
+    if report.empty:
+        return "\n".join(lines + _notes(report)) + "\n"
+    cells, titles = _cells(report)
+    widths = [max(len(t), *(len(r[i]) for r in cells)) for i, t in enumerate(titles)]
+    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    lines += ["", f"Amounts in {report.currency}.", fmt(titles), fmt(["-" * w for w in widths])]
+    lines += [fmt(r) for r in cells[:-1]]
+    lines += [fmt(["-" * w for w in widths]), fmt(cells[-1]), ""]
+    lines += _headline(report) + [""] + _notes(report)
+    return "\n".join(lines) + "\n"
+
+
+def render_md(report: Report) -> str:
+    lines = [f"### {_title(report)}", ""]
+    if report.empty:
+        return "\n".join(lines + _notes(report)) + "\n"
+    lines += [" ".join(_headline(report)), ""]
+    cells, titles = _cells(report)
+    lines.append("| " + " | ".join(titles) + " |")
+    lines.append("|" + "|".join([":---"] + ["---:"] * (len(titles) - 1)) + "|")
+    for r in cells[:-1]:
+        lines.append("| " + " | ".join(r) + " |")
+    lines.append("| " + " | ".join(f"**{c}**" for c in cells[-1]) + " |")
+    lines += ["", f"Amounts in {report.currency}."] + [f"- {n}" for n in _notes(report)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ html
+def _downsample(points: list[tuple[float, float]], lo: float, hi: float, slots: int) -> list[tuple[float, float]]:
+    """At most ``slots`` points: the highest value in each slot (peaks survive)."""
+    if len(points) <= slots or hi <= lo:
+        return points
+    best: dict[int, tuple[float, float]] = {}
+    for t, v in points:
+        k = min(slots - 1, max(0, int((t - lo) / (hi - lo) * slots)))
+        if k not in best or v > best[k][1]:
+            best[k] = (t, v)
+    return [best[k] for k in sorted(best)]
+
+
+def _nice_max(x: float) -> float:
+    if x <= 0:
+        return 1.0
+    for step in (1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000):
+        if x <= step * 4:
+            return step * 4
+    return x
+
+
+def chart_svg(report: Report) -> str:
+    """Active nodes (left axis) and load = running + queued requests (right axis) over time."""
+    w, h, ml, mr, mt, mb = 900, 320, 56, 64, 20, 48
+    pw, ph = w - ml - mr, h - mt - mb
+    lo, hi = float(report.start), float(min(report.end, report.now))
+    if hi <= lo:
+        hi = lo + 1
+    x = lambda t: ml + (min(max(t, lo), hi) - lo) / (hi - lo) * pw  # noqa: E731
+    max_nodes = max([report.ceiling_nodes] + [n for _, n in report.active_nodes] + [1])
+    yn = lambda n: mt + ph - n / max_nodes * ph  # noqa: E731
+    load = _downsample([(t, v) for t, v in report.load if lo <= t <= hi], lo, hi, 600)
+    max_load = _nice_max(max([v for _, v in load] + [0.0]))
+    yl = lambda v: mt + ph - v / max_load * ph  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="100%" role="img" '
+             f'aria-label="Active nodes and load over time" font-family="sans-serif" font-size="12">']
+    parts.append(f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>')
+    for n in range(0, max_nodes + 1):
+        y = yn(n)
+        parts.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{ml - 8}" y="{y + 4:.1f}" text-anchor="end" fill="#1f5fa8">{n}</text>')
+    for i in range(5):
+        v = max_load * i / 4
+        parts.append(f'<text x="{ml + pw + 8}" y="{yl(v) + 4:.1f}" fill="#c0620b">{v:g}</text>')
+    # time ticks: about 6, labelled in the report's zone
+    for i in range(7):
+        t = lo + (hi - lo) * i / 6
+        label = datetime.fromtimestamp(t, report.tz).strftime("%d %b %H:%M")
+        parts.append(f'<line x1="{x(t):.1f}" y1="{mt + ph}" x2="{x(t):.1f}" y2="{mt + ph + 5}" stroke="#999"/>')
+        parts.append(f'<text x="{x(t):.1f}" y="{mt + ph + 18}" text-anchor="middle" fill="#444">{label}</text>')
+    if report.ceiling_nodes:
+        y = yn(report.ceiling_nodes)
+        parts.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#888" '
+                     f'stroke-dasharray="6 4"><title>always on: {report.ceiling_nodes} nodes</title></line>')
+    # active nodes: a step area
+    steps = report.active_nodes
+    if steps:
+        d = [f"M{x(steps[0][0]):.1f},{yn(0):.1f}"]
+        level = 0
+        for t, n in steps:
+            d.append(f"L{x(t):.1f},{yn(level):.1f}L{x(t):.1f},{yn(n):.1f}")
+            level = n
+        d.append(f"L{x(hi):.1f},{yn(level):.1f}L{x(hi):.1f},{yn(0):.1f}Z")
+        parts.append(f'<path id="active-nodes" d="{"".join(d)}" fill="#1f5fa8" fill-opacity="0.25" '
+                     f'stroke="#1f5fa8" stroke-width="1.5"/>')
+    if load:
+        pts = " ".join(f"{x(t):.1f},{yl(v):.1f}" for t, v in load)
+        parts.append(f'<polyline id="load" points="{pts}" fill="none" stroke="#c0620b" stroke-width="1.2"/>')
+    parts.append(f'<text x="{ml - 40}" y="{mt + ph / 2}" transform="rotate(-90 {ml - 40} {mt + ph / 2})" '
+                 f'text-anchor="middle" fill="#1f5fa8">active nodes</text>')
+    parts.append(f'<text x="{ml + pw + 52}" y="{mt + ph / 2}" transform="rotate(90 {ml + pw + 52} {mt + ph / 2})" '
+                 f'text-anchor="middle" fill="#c0620b">load (requests running + queued)</text>')
+    parts.append(f'<text x="{ml}" y="{h - 6}" fill="#444">'
+                 f'<tspan fill="#1f5fa8">&#9632; active nodes</tspan>   '
+                 f'<tspan fill="#c0620b">&#8212; load</tspan>   '
+                 f'<tspan fill="#888">- - always on ({report.ceiling_nodes} nodes)</tspan></text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+CAPTION = (
+    "<figcaption>Blue: how many nodes were switched on. Orange: the load (requests being served or waiting). "
+    "Dashed: the nodes that would run if the fleet were always on at its maximum size.</figcaption>"
+)
+
+
+def render_html(report: Report) -> str:
+    esc = html.escape
+    cur = esc(report.currency or "")
+    if report.empty:
+        body = f"<p class='empty'>{esc(_notes(report)[0])}</p>"
+        return PAGE.substitute(title=esc(_title(report)), headline="", chart="", table=body, notes="")
+    rows, totals = report_rows(report)
+    sv, pv, pt = totals["saving_variable"], totals["saving_pct_variable"], totals["saving_pct_total"]
+    fixed = ", ".join(f"{_money(m)} {esc(c)} a month" for c, m in report.fixed_monthly)
+    headline = (
+        f"<div class='big'><div><span class='num'>{_pct(pv)}</span><span>saved on variable costs</span>"
+        f"<span class='sub'>{_money(sv)} {cur}</span></div>"
+        f"<div><span class='num'>{_pct(pt)}</span><span>saved on total cost</span>"
+        f"<span class='sub'>{_money(totals['total_cost'])} {cur} instead of "
+        f"{_money(totals['baseline_total_cost'])} {cur}</span></div></div>"
+        f"<p>In this period the fleet cost <b>{_money(totals['total_cost'])} {cur}</b>: "
+        f"{_money(totals['variable_cost'])} {cur} for power and node-hour fees, which depend on how many "
+        f"nodes are switched on, and {_money(totals['fixed_cost'])} {cur} of fixed costs "
+        f"(hardware and support, {esc(fixed)}), which are paid whether the nodes are on or off. "
+        f"Kept always on at its maximum size ({report.ceiling_nodes} nodes) it would have cost "
+        f"{_money(totals['baseline_total_cost'])} {cur}.</p>"
+        f"<p><b>Why two percentages?</b> Switching nodes off only reduces the variable part, so the saving is "
+        f"{_pct(pv)} of the variable costs but only {_pct(pt)} of the total cost: the fixed costs are the "
+        f"same in both cases.</p>"
+    )
+    cells, titles = _cells(report)
+    table = ["<table><thead><tr>" + "".join(f"<th>{esc(t)}</th>" for t in titles) + "</tr></thead><tbody>"]
+    for r in cells[:-1]:
+        table.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
+    table.append("</tbody><tfoot><tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells[-1]) + "</tr></tfoot></table>")
+    notes = "".join(f"<li>{esc(n)}</li>" for n in _notes(report)) + f"<li>Amounts in {cur}.</li>"
+    return PAGE.substitute(
+        title=esc(_title(report)), headline=headline, chart=f"<figure>{chart_svg(report)}{CAPTION}</figure>",
+        table="\n".join(table),
+        notes=f"<ul class='notes'>{notes}</ul>",
+    )
+
+
+RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "md": render_md, "html": render_html}
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt not in RENDERERS:
+        raise BadInput(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    return RENDERERS[fmt](report)
+
+
+__all__ = ["BY", "FORMATS", "ROW_KEYS", "Report", "build_report", "buckets", "parse_when", "render", "report_rows",
+           "zone"]
