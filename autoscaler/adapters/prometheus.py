@@ -213,18 +213,18 @@ def _query(prom: PrometheusConnect, promql: str, at: float, timeout_s: float) ->
     params = {"time": f"{at:.3f}", "timeout": f"{timeout_s:g}s"}
     try:
         result = prom.custom_query(promql, params=params)
-    except requests.exceptions.ConnectTimeout as exc:
-        return _Answer(kind="unreachable", detail=f"no connection within {timeout_s:g} s ({type(exc).__name__})")
+    except requests.exceptions.ConnectTimeout:
+        return _Answer(kind="unreachable", detail=f"no connection within {timeout_s:g} s to {prom.url}")
     except requests.exceptions.Timeout:
-        return _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s")
+        return _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s from {prom.url}")
     except requests.exceptions.ConnectionError as exc:
-        return _Answer(kind="unreachable", detail=_connection_detail(exc))
+        return _Answer(kind="unreachable", detail=f"{_connection_detail(exc)} at {prom.url}")
     except PrometheusApiClientException as exc:
         return _Answer(kind="http_error", detail=_http_error_detail(exc))
     except (ValueError, KeyError, TypeError) as exc:  # 200 but not the Prometheus API (a wrong URL)
         return _Answer(kind="http_error", detail=f"not a Prometheus API answer ({type(exc).__name__}: {exc})")
     except requests.exceptions.RequestException as exc:
-        return _Answer(kind="unreachable", detail=f"{type(exc).__name__}: {exc}")
+        return _Answer(kind="unreachable", detail=f"{type(exc).__name__} at {prom.url}: {exc}")
     if not isinstance(result, list) or any(not isinstance(s, dict) for s in result):
         return _Answer(kind="http_error", detail="the answer is not an instant vector (a scalar or string query?)")
     return _Answer(series=result)
@@ -256,7 +256,7 @@ def _run_all(url: str, queries: Mapping[tuple[str, str], str], at: float, timeou
             elif future in done:  # a bug in _query, not a Prometheus anomaly: let it surface
                 raise future.exception()  # type: ignore[misc]
             else:
-                answers[key] = _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s")
+                answers[key] = _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s from {url}")
         return answers
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -317,7 +317,9 @@ def _evaluate(
     out = _SignalResult(values={g.name: None for g in policy.fleet.groups})
     main = answers[(name, "by_group")]
     if main.series is None:
-        out.problems.append(Problem(name, None, main.kind or "http_error", f"{main.detail}; query: {q.by_group}"))
+        # An HTTP error names the query (a PromQL error is the policy's); unreachable names the URL.
+        detail = main.detail if main.kind == "unreachable" else f"{main.detail}; query: {q.by_group}"
+        out.problems.append(Problem(name, None, main.kind or "http_error", detail))
         return out
     if not main.series:
         if expected:
@@ -348,11 +350,8 @@ def _evaluate(
         elif fresh is not None and (age := _age(newest.get(gname), now)) is not None and age > signals.staleness_s:
             problem = ("stale", f"newest sample is {age:.1f} s old (limit {signals.staleness_s:g} s)")
         elif fresh is not None and newest.get(gname) is None:
-            problem = (
-                "stale",
-                "no sample within Prometheus's lookback: the target's series ended "
-                "(it is down or failing its scrapes) while the query's window still holds old samples",
-            )
+            problem = ("stale", f"no current sample (the target is down or failing its scrapes); "
+                                f"the {signals.window_s}s window still holds old ones")
         else:
             value = _number(matched[0])
             if value is None:
