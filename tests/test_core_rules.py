@@ -94,7 +94,8 @@ def test_queue_trigger_counts_queued_per_ready_group():
 def test_slo_burn_counts_only_queue_wait(ttft, queue_wait, expected):
     # demand 3 on 2 ready groups (8.4 at target): utilisation and queue triggers are quiet
     snap = signals(g1=(2, 0, 0.3), g2=(1, 0, 0.3), ttft=ttft, queue_wait=queue_wait)
-    d, _ = decide(snap, fleet("ready", "ready", "off"), P, Memory(), T0)
+    burning = Memory(slo_miss_since=T0 - 120)  # the miss has lasted slo_burn_for_s = 120 s
+    d, _ = decide(snap, fleet("ready", "ready", "off"), P, burning, T0)
     assert d.action is expected, d.detail
     if expected is Action.SCALE_UP:
         assert (d.reason, d.groups) == (Reason.SLO_BURN, ("g3",))
@@ -103,11 +104,23 @@ def test_slo_burn_counts_only_queue_wait(ttft, queue_wait, expected):
 def test_slo_burn_without_queue_wait_signal_uses_queued():
     # No queue-wait metric: a TTFT miss counts only while requests are queued.
     snap = signals(g1=(2, 0, 0.3), g2=(1, 1, 0.3), ttft=5.0)  # queued 1 / 2 = 0.5 per group: queue trigger quiet
-    d, _ = decide(snap, fleet("ready", "ready", "off"), P, Memory(), T0)
+    d, _ = decide(snap, fleet("ready", "ready", "off"), P, Memory(slo_miss_since=T0 - 120), T0)
     assert (d.action, d.reason) == (Action.SCALE_UP, Reason.SLO_BURN)
     snap = signals(g1=(2, 0, 0.3), g2=(1, 0, 0.3), ttft=5.0)
-    d, _ = decide(snap, fleet("ready", "ready", "off"), P, Memory(), T0)
-    assert d.reason is not Reason.SLO_BURN
+    d, mem = decide(snap, fleet("ready", "ready", "off"), P, Memory(slo_miss_since=T0 - 120), T0)
+    assert d.reason is not Reason.SLO_BURN and mem.slo_miss_since is None
+
+
+def test_slo_burn_must_last_before_it_adds_a_group():
+    # A burst: the miss starts now. At 0 s and 119 s nothing; at 120 s (slo_burn_for_s) a group.
+    snap = signals(g1=(2, 0, 0.3), g2=(1, 0, 0.3), ttft=4.0, queue_wait=2.0)
+    d, mem = decide(snap, fleet("ready", "ready", "off"), P, Memory(), T0)
+    assert d.action is Action.HOLD and mem.slo_miss_since == T0
+    d, mem = decide(snap, fleet("ready", "ready", "off"), P, mem, T0 + 119)
+    assert d.action is Action.HOLD
+    d, _ = decide(snap, fleet("ready", "ready", "off"), P, mem, T0 + 120)
+    assert (d.action, d.reason) == (Action.SCALE_UP, Reason.SLO_BURN)
+    assert "for 120 s" in d.detail
 
 
 def test_spare_groups_add_headroom():
@@ -412,6 +425,21 @@ def test_seasonal_forecast_uses_the_same_time_on_earlier_days():
     d, _ = decide(signals(g1=(2, 0, 0.2)), fleet("ready", "off", "off"), policy, mem, T0)
     assert (d.action, d.reason, d.target_groups) == (Action.SCALE_UP, Reason.FORECAST_HIGH, 3)
     assert d.inputs["forecast_basis"] == "seasonal"
+
+
+def test_seasonal_peak_expects_the_typical_busiest_slot_of_earlier_days():
+    # 'peak': per earlier day, the busiest slot within the 600 s horizon: day 1: max(3, 9) = 9,
+    # day 2: 5, day 3: 7 -> sorted [5, 7, 9]; quantile 0.5 -> 7 (quantile 0.25 -> 5 + 0.5 x 2 = 6).
+    slot = int(T0 // 300)
+    hist = {}
+    for day, peaks in ((1, (3.0, 9.0)), (2, (5.0, 1.0)), (3, (2.0, 7.0))):
+        base = slot - day * 288
+        hist[base + 1], hist[base + 2] = peaks
+    for q, expected in ((0.5, 7.0), (0.25, 6.0)):
+        policy = make_policy(forecast={"enabled": True, "seasonal_statistic": "peak", "seasonal_quantile": q})
+        d, _ = decide(signals(g1=(2, 0, 0.2)), fleet("ready", "off", "off"), policy, Memory(demand_by_slot=hist), T0)
+        assert d.inputs["forecast_peak"] == expected
+        assert (d.action, d.reason, d.target_groups) == (Action.SCALE_UP, Reason.FORECAST_HIGH, 2)  # ceil(6|7 / 4.2)
 
 
 def test_forecast_blocks_a_scale_down_before_a_known_rise():

@@ -125,6 +125,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
     memory = Memory(
         last_scale_up_at=opt_time("last_scale_up_at"),
         surplus_since=opt_time("surplus_since"),
+        slo_miss_since=opt_time("slo_miss_since"),
         disruptions=tuple(r.time(v, f"memory.disruptions[{i}]") for i, v in enumerate(mem.get("disruptions", []))),
         startup_durations_s=tuple(
             r.number(v, f"memory.startup_durations_s[{i}]") or 0.0 for i, v in enumerate(mem.get("startup_durations_s", []))

@@ -230,6 +230,7 @@ def _scale_up(t: _Tick):
                               f"forecast demand {_fmt(t.fc.peak)} ({t.fc.basis}) within {_fmt(t.fc.horizon_s)} s "
                               f"> {t.active} groups x {_fmt(t.per_group)}; needs {need_fc}", True))
     fleet = t.signals.fleet
+    capacity_miss = False
     if up.on_slo_burn and ready and fleet.ttft_p99_s is not None and fleet.ttft_p99_s > policy.slo.ttft_target_s:
         if fleet.queue_wait_p99_s is not None:
             capacity_miss = fleet.queue_wait_p99_s > up.slo_burn_min_queue_wait_s
@@ -237,10 +238,17 @@ def _scale_up(t: _Tick):
         else:
             capacity_miss = bool(t.queued)
             why = f"{_fmt(t.queued)} requests queued"
-        if capacity_miss:
+    if not capacity_miss:
+        if t.memory.slo_miss_since is not None:
+            t.memory = t.memory.with_(slo_miss_since=None)
+    else:
+        since = t.memory.slo_miss_since if t.memory.slo_miss_since is not None else t.now
+        if since != t.memory.slo_miss_since:
+            t.memory = t.memory.with_(slo_miss_since=since)
+        if t.now - since >= up.slo_burn_for_s:
             wants.append((ready + 1, Reason.SLO_BURN,
                           f"TTFT p{policy.slo.ttft_percentile:g} {_fmt(fleet.ttft_p99_s)} s > target "
-                          f"{_fmt(policy.slo.ttft_target_s)} s with {why}", False))
+                          f"{_fmt(policy.slo.ttft_target_s)} s with {why} for {_fmt(t.now - since)} s", False))
     if not wants:
         return None
     want, reason, detail, on_forecast = max(wants, key=lambda w: w[0])  # first of equals wins (list order)

@@ -98,25 +98,40 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
     return max(0.0, level), max(0.0, level + slope * horizon)
 
 
-def _seasonal_rise(memory: Memory, policy: Policy, now: float, horizon: float) -> float | None:
-    by_slot = memory.demand_by_slot
-    if not by_slot or policy.forecast.seasonal_days == 0:
-        return None
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile: q=0.5 of [1, 2, 3, 10] = 2.5."""
+    values = sorted(values)
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
-    rises = []
-    slots_ahead = max(1, math.ceil(horizon / SLOT_S))
-    for day in range(1, policy.forecast.seasonal_days + 1):
-        then = int((now - day * DAY_S) // SLOT_S)
-        base = by_slot.get(then)
-        ahead = [by_slot[s] for s in range(then + 1, then + slots_ahead + 1) if s in by_slot]
-        if base is None or not ahead:
-            continue
-        rises.append(max(ahead) - base)
-    if not rises:
+
+def _seasonal(memory: Memory, policy: Policy, now: float, current: float, horizon: float) -> float | None:
+    """Expected demand within the horizon from the same time of day on earlier days.
+
+    'rise': current + the quantile of (highest slot within the horizon - this slot) across days;
+    'peak': the quantile of the highest slot within the horizon across days.
+    """
+    by_slot = memory.demand_by_slot
+    fc = policy.forecast
+    if not by_slot or fc.seasonal_days == 0:
         return None
-    rises.sort()
-    mid = len(rises) // 2
-    return rises[mid] if len(rises) % 2 else (rises[mid - 1] + rises[mid]) / 2
+    values = []
+    slots_ahead = max(1, math.ceil(horizon / SLOT_S))
+    for day in range(1, fc.seasonal_days + 1):
+        then = int((now - day * DAY_S) // SLOT_S)
+        ahead = [by_slot[s] for s in range(then + 1, then + slots_ahead + 1) if s in by_slot]
+        if not ahead:
+            continue
+        if fc.seasonal_statistic == "peak":
+            values.append(max(ahead))
+        elif then in by_slot:
+            values.append(max(ahead) - by_slot[then])
+    if not values:
+        return None
+    q = _quantile(values, fc.seasonal_quantile)
+    return max(0.0, q if fc.seasonal_statistic == "peak" else current + q)
 
 
 def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon: float) -> ForecastResult:
@@ -125,8 +140,7 @@ def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon
         return ForecastResult(current, None, None, current, horizon, "current")
     fit = _trend(memory.demand_samples, now, horizon, policy.forecast.trend_window_s)
     level, trend = (fit if fit else (current, None))
-    rise = _seasonal_rise(memory, policy, now, horizon)
-    seasonal = None if rise is None else max(0.0, current + rise)
+    seasonal = _seasonal(memory, policy, now, current, horizon)
     peak, basis = current, "current"
     if trend is not None and trend > peak:
         peak, basis = trend, "trend"

@@ -154,6 +154,7 @@ class Memory:
 
     last_scale_up_at: float | None = None
     surplus_since: float | None = None  # since when the scale-down condition has held continuously
+    slo_miss_since: float | None = None  # since when the TTFT percentile has missed because of queue wait
     disruptions: tuple[float, ...] = ()  # times of group starts and drains within the last hour
     startup_durations_s: tuple[float, ...] = ()  # the most recent measured start-up times
     demand_samples: tuple[tuple[float, float], ...] = ()  # (t, demand) within the trend window
@@ -167,6 +168,7 @@ class Memory:
         return {
             "last_scale_up_at": iso(self.last_scale_up_at),
             "surplus_since": iso(self.surplus_since),
+            "slo_miss_since": iso(self.slo_miss_since),
             "disruptions": [iso(t) for t in self.disruptions],
             "startup_durations_s": list(self.startup_durations_s),
             "demand_samples": [[iso(t), d] for t, d in self.demand_samples],

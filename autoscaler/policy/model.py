@@ -144,6 +144,11 @@ class ScaleUp(StrictModel):
     slo_burn_min_queue_wait_s: NonNegFloat = Field(
         0.5, description="Queue wait at the SLO percentile above which a TTFT miss counts as a capacity miss."
     )
+    slo_burn_for_s: NonNegFloat = Field(
+        120,
+        description="The capacity miss must last this long before it adds a group (seconds): a burst shorter "
+        "than a group's start-up is over before the group is ready.",
+    )
     max_groups_per_decision: int = Field(2, ge=1, description="Most groups added by one decision.")
 
 
@@ -163,7 +168,10 @@ class ScaleDown(StrictModel):
 class Scaling(StrictModel):
     tick_interval_s: PosFloat = Field(15, description="How often the controller decides (seconds).")
     target_utilization: Fraction = Field(
-        0.7, description="Share of a group's request slots the fleet aims to use (running+queued / slots)."
+        1.0,
+        description="Share of a group's request slots the fleet aims to fill (running+queued / slots) before "
+        "it adds a group. 1.0: add a group once requests queue; a short queue costs seconds of TTFT, "
+        "an extra group costs a group start-up of node-hours.",
     )
     spare_groups: int = Field(0, ge=0, description="Groups kept above demand (N+1 headroom for a failing group).")
     disruption_budget_per_hour: int = Field(
@@ -252,6 +260,15 @@ class Forecast(StrictModel):
     )
     trend_window_s: PosFloat = Field(600, description="Recent history fitted for the trend (seconds).")
     seasonal_days: int = Field(7, ge=0, le=28, description="Earlier days whose same time of day informs the forecast.")
+    seasonal_statistic: str = Field(
+        "peak",
+        pattern=r"^(rise|peak)$",
+        description="How earlier days inform the forecast: 'rise' adds their typical rise over the horizon to "
+        "today's level; 'peak' expects their typical highest demand within the horizon.",
+    )
+    seasonal_quantile: float = Field(
+        0.4, ge=0, le=1, description="Which quantile across earlier days to expect (0.5: the median day)."
+    )
     min_startup_samples: int = Field(
         5, ge=1, description="Measured start-ups needed before their p95 replaces fleet.startup_expected_s."
     )
