@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
-from autoscaler.core.forecast import ForecastResult, forecast, horizon_s, lead_time_s, record_demand
+from autoscaler.core.forecast import ForecastResult, forecast, horizon_s, lead_time_s, record_demand, seasonal_memo
 from autoscaler.core.types import (
     Action,
     Decision,
@@ -96,6 +96,8 @@ class _Tick:
         self.fc: ForecastResult | None = None
         if self.demand is not None:
             memory = record_demand(memory, policy, now, self.demand)
+            if policy.forecast.enabled:
+                memory = seasonal_memo(memory, policy, now, self.horizon)
             self.fc = forecast(memory, policy, now, self.demand, self.horizon)
         self.memory = memory
 

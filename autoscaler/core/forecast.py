@@ -107,12 +107,9 @@ def _quantile(values: list[float], q: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
-def _seasonal(memory: Memory, policy: Policy, now: float, current: float, horizon: float) -> float | None:
-    """Expected demand within the horizon from the same time of day on earlier days.
-
-    'rise': current + the quantile of (highest slot within the horizon - this slot) across days;
-    'peak': the quantile of the highest slot within the horizon across days.
-    """
+def seasonal_statistic(memory: Memory, policy: Policy, now: float, horizon: float) -> float | None:
+    """The quantile across earlier days of their busiest slot within the horizon ('peak') or of
+    its rise over the slot at this time of day ('rise'); None without history."""
     by_slot = memory.demand_by_slot
     fc = policy.forecast
     if not by_slot or fc.seasonal_days == 0:
@@ -130,8 +127,16 @@ def _seasonal(memory: Memory, policy: Policy, now: float, current: float, horizo
             values.append(max(ahead) - by_slot[then])
     if not values:
         return None
-    q = _quantile(values, fc.seasonal_quantile)
-    return max(0.0, q if fc.seasonal_statistic == "peak" else current + q)
+    return _quantile(values, fc.seasonal_quantile)
+
+
+def seasonal_memo(memory: Memory, policy: Policy, now: float, horizon: float) -> Memory:
+    """Memory whose ``seasonal_memo`` holds the statistic for this slot and horizon."""
+    key = (int(now // SLOT_S), max(1, math.ceil(horizon / SLOT_S)))
+    memo = memory.seasonal_memo
+    if memo is not None and memo[:2] == key:
+        return memory
+    return memory.with_(seasonal_memo=(*key, seasonal_statistic(memory, policy, now, horizon)))
 
 
 def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon: float) -> ForecastResult:
@@ -140,7 +145,15 @@ def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon
         return ForecastResult(current, None, None, current, horizon, "current")
     fit = _trend(memory.demand_samples, now, horizon, policy.forecast.trend_window_s)
     level, trend = (fit if fit else (current, None))
-    seasonal = _seasonal(memory, policy, now, current, horizon)
+    memo = memory.seasonal_memo
+    if memo is not None and memo[:2] == (int(now // SLOT_S), max(1, math.ceil(horizon / SLOT_S))):
+        stat = memo[2]
+    else:
+        stat = seasonal_statistic(memory, policy, now, horizon)
+    if stat is None:
+        seasonal = None
+    else:
+        seasonal = max(0.0, stat if policy.forecast.seasonal_statistic == "peak" else current + stat)
     peak, basis = current, "current"
     if trend is not None and trend > peak:
         peak, basis = trend, "trend"

@@ -163,6 +163,9 @@ class Memory:
     # apart (``slot_now``) so the history is copied once per slot, not at every tick.
     demand_by_slot: Mapping[int, float] = field(default_factory=dict)
     slot_now: tuple[int, float] | None = None  # (slot index, highest demand so far)
+    # The seasonal statistic for (slot, slots ahead): the history only changes when a slot ends,
+    # so it is computed once per slot, not at every tick.
+    seasonal_memo: tuple[int, int, float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
