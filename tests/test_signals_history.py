@@ -13,7 +13,7 @@ from autoscaler.adapters.prometheus import PrometheusError, query_range_split, r
 from autoscaler.core.types import parse_time
 from autoscaler.policy.loader import load_policy
 from tests.support.procs import free_port
-from tests.support.prometheus import Series, openmetrics_text, prometheus_factory, write_signal_policy  # noqa: F401
+from tests.support.prometheus import Series, openmetrics_text, prepare, write_signal_policy
 
 START = parse_time("2026-01-05T00:00:00Z")  # the traces' Monday
 STEP_S = 15
@@ -40,8 +40,6 @@ def history() -> list[Series]:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    from tests.support.prometheus import prepare
-
     prom = prepare(tmp_path_factory.mktemp("history"), [], history=history())
     prom.start()
     yield prom

@@ -41,6 +41,7 @@ import re
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
@@ -547,7 +548,5 @@ def query_range_split(
     return [RangeSeries(labels, tuple(samples)) for labels, samples in merged.values()]
 
 
-def _dt(t: float):
-    from datetime import datetime, timezone
-
+def _dt(t: float) -> datetime:
     return datetime.fromtimestamp(t, tz=timezone.utc)
