@@ -54,7 +54,10 @@ def test_live_calls_and_the_bulk_path_record_the_same_run(db_url):
 
 
 def test_a_decision_reads_back_as_written(db_url):
-    decision = make_decision("scale_up", "utilization_high", 3, "g3", 11.25, 2, detail="demand 11.25 > 8.4")
+    # tabs, line breaks, backslashes and quotes survive the bulk path (COPY's text format on PostgreSQL)
+    detail = 'demand 11.25 > 8.4\tcut "here"\nC:\\path \\N'
+    decision = make_decision("scale_up", "utilization_high", 3, "g3", 11.25, 2, detail=detail)
+    decision.inputs["problems"].append({"signal": "queued", "detail": 'a\\b\t"c"\n'})
     at = T0 + 123.456789
     with Ledger(db_url) as ledger:
         run = ledger.start_run("simulation", default_policy(), at=T0, label="rt")
@@ -65,7 +68,7 @@ def test_a_decision_reads_back_as_written(db_url):
         assert got.at == pytest.approx(when, abs=1e-6)
         assert (got.action, got.reason, got.group, got.groups, got.target_groups) == (
             "scale_up", "utilization_high", "g3", ["g3"], 3)
-        assert got.inputs == dict(decision.inputs) and got.detail == "demand 11.25 > 8.4"
+        assert got.inputs == dict(decision.inputs) and got.detail == detail
         assert got.policy_sha256 == default_policy().sha256
     assert one_id > bulk_id
 

@@ -115,3 +115,24 @@ def test_nothing_recorded_then_and_bad_input(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:  # a usage error: argparse exits 2
         main(["why", "--db", url, "--at", "not-a-time"])
     assert exit_.value.code == 2
+
+
+def test_the_nodes_power_state_wins_over_a_missing_stop_event(tmp_path, capsys):
+    from autoscaler.ledger.store import GroupEvent, NodeInterval
+    from tests.support.ledger_runs import NODES, default_policy, make_decision
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    with Ledger(url) as ledger:
+        run = ledger.start_run("simulation", default_policy(), at=T0)
+        drain = make_decision("scale_down", "surplus", 1, "g2", 1.0, 2)
+        (did,) = ledger.record_bulk(
+            run, decisions=[(T0 + 60, drain)],
+            events=[GroupEvent(T0 + 60, "g2", "drain_started", decision_index=0)],  # no drained/stopped
+            intervals=NodeInterval.for_group(NODES["g2"], "g2", "active", T0, T0 + 600)
+            + NodeInterval.for_group(NODES["g2"], "g2", "off", T0 + 600, T0 + 7200),
+        )
+        ledger.end_run(run, T0 + 7200)
+    answer = why_json(capsys, url, "--at", "2026-01-05T01:00:00Z", "--source", "simulation", "--group", "g2")
+    g2 = answer["groups"][0]
+    assert (g2["on"], g2["phase"], g2["since"]) == (False, "off", "2026-01-05T00:10:00Z")
+    assert g2["cause"]["id"] == did and "last recorded event was drain started" in g2["explanation"]

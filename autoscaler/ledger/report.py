@@ -526,12 +526,32 @@ CAPTION = (
 )
 
 
+_HTML_TITLES = (
+    "Period", "Node-hours", "Energy (kWh)", "Variable cost", "Fixed cost", "Total cost", "Always on: variable",
+    "Always on: total", "Saved (variable)", "Saved, % of variable", "Saved, % of total",
+)  # fmt: skip
+
+
+def _human_title(report: Report) -> str:
+    """'Fleet cost, 5 Jan 2026 to 18 Jan 2026 (UTC), simulated runs' for the page."""
+    first = datetime.fromtimestamp(float(report.start), report.tz)
+    last = datetime.fromtimestamp(float(report.end), report.tz)
+    if last.time() == time(0):  # an exclusive midnight: the day before is the last one covered
+        last -= timedelta(days=1)
+        span = f"{first:%d %b %Y} to {last:%d %b %Y}"
+    else:
+        span = f"{first:%d %b %Y %H:%M} to {last:%d %b %Y %H:%M}"
+    what = {"live": "the live fleet", "simulation": "simulated runs (backtests)", "all": "live and simulated runs"}
+    who = f"run {report.run_id}" if report.run_id is not None else what.get(report.source, report.source)
+    return f"Fleet cost, {span} ({report.tz.key}), {who}"
+
+
 def render_html(report: Report) -> str:
     esc = html.escape
     cur = esc(report.currency or "")
     if report.empty:
         body = f"<p class='empty'>{esc(_notes(report)[0])}</p>"
-        return PAGE.substitute(title=esc(_title(report)), headline="", chart="", table=body, notes="")
+        return PAGE.substitute(title=esc(_human_title(report)), headline="", chart="", table=body, notes="")
     rows, totals = report_rows(report)
     sv, pv, pt = totals["saving_variable"], totals["saving_pct_variable"], totals["saving_pct_total"]
     fixed = ", ".join(f"{_money(m)} {esc(c)} a month" for c, m in report.fixed_monthly)
@@ -551,14 +571,14 @@ def render_html(report: Report) -> str:
         f"{_pct(pv)} of the variable costs but only {_pct(pt)} of the total cost: the fixed costs are the "
         f"same in both cases.</p>"
     )
-    cells, titles = _cells(report)
-    table = ["<table><thead><tr>" + "".join(f"<th>{esc(t)}</th>" for t in titles) + "</tr></thead><tbody>"]
+    cells, _ = _cells(report)
+    table = ["<table><thead><tr>" + "".join(f"<th>{esc(t)}</th>" for t in _HTML_TITLES) + "</tr></thead><tbody>"]
     for r in cells[:-1]:
         table.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
     table.append("</tbody><tfoot><tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells[-1]) + "</tr></tfoot></table>")
     notes = "".join(f"<li>{esc(n)}</li>" for n in _notes(report)) + f"<li>Amounts in {cur}.</li>"
     return PAGE.substitute(
-        title=esc(_title(report)), headline=headline, chart=f"<figure>{chart_svg(report)}{CAPTION}</figure>",
+        title=esc(_human_title(report)), headline=headline, chart=f"<figure>{chart_svg(report)}{CAPTION}</figure>",
         table="\n".join(table),
         notes=f"<ul class='notes'>{notes}</ul>",
     )

@@ -140,6 +140,16 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
         phase = "ready" if states == {"active"} else ("off" if states and "active" not in states else "unknown")
     cause = ledger.decision(cause_event.decision_id) if cause_event and cause_event.decision_id else None
     on = phase in ON_PHASES or (phase == "failed" and any(n["state"] == "active" for n in node_info))
+    mismatch = ""
+    if intervals:  # the nodes' power states are what is charged: they win over a missing event
+        nodes_on = any(iv.state == "active" for iv in intervals.values())
+        if on and not nodes_on:
+            mismatch = (f" Its last recorded event was {last.event.replace('_', ' ')} at {iso(last.at)}"
+                        if last is not None else "")
+            phase, since = "off", max(iv.start for iv in intervals.values())
+        elif not on and nodes_on and phase != "failed":
+            phase, since = "ready", min(iv.start for iv in intervals.values() if iv.state == "active")
+        on = nodes_on
     since_for_holds = since if since is not None else run.started_at
     holds = ledger.hold_counts(run.id, since_for_holds, at)
     acted = [d for d in ledger.decisions(run.id, start=since_for_holds, end=at, acted_only=True)
@@ -148,7 +158,7 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
                            for n in node_info)
     head = f"{group} was {'ON' if on else 'OFF'} ({phase}"
     head += f" since {iso(since)}, {_duration(at - since)})" if since is not None else ")"
-    lines = [head + f"; nodes: {node_words}."]
+    lines = [head + f"; nodes: {node_words}." + (mismatch + "; its nodes were switched off then." if mismatch else "")]
     if cause is not None and cause_event is not None:
         verb = {"started": "started", "drain_started": "drained", "drain_cancelled": "taken back into service"}[
             cause_event.event]
@@ -183,7 +193,7 @@ def why_at(ledger: Ledger, at: float, *, source: str = "live", group: str | None
         raise BadInput(f"--group: {group!r} is not in run {run.id}'s fleet ({', '.join(groups)})")
     answers = [explain_group(ledger, run, g, list(groups[g]), at) for g in groups if group in (None, g)]
     last = ledger.decisions(run.id, end=at, limit=LAST_DECISIONS, newest_first=True)
-    on_nodes = sum(1 for a in answers for n in a.nodes if n["state"] == "active")
+    on_nodes = sum(1 for iv in ledger.intervals_at(run.id, at) if iv.state == "active")
     return {
         "at": iso(at),
         "run": run_dict(run),
