@@ -1,0 +1,172 @@
+"""Policies: every shipped file loads; each rule rejects with FILE: field.path: value and rule; the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoscaler.policy import PolicyInvalid, load_policy, parse_policy
+from autoscaler.settings import load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = (ROOT / "policies/default.yaml").read_text()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "policies").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_policy_loads(path):
+    loaded = load_policy(path)
+    assert loaded.policy.fleet.groups and len(loaded.sha256) == 64
+
+
+def test_default_policy_is_the_production_fleet():
+    p = load_policy(ROOT / "policies/default.yaml").policy
+    assert (p.fleet.floor_groups, p.fleet.ceiling_groups, p.fleet.requests_per_group) == (1, 3, 6)
+    assert [len(g.nodes) for g in p.fleet.groups] == [2, 2, 2]
+    assert (p.slo.ttft_target_s, p.slo.ttft_percentile) == (3.0, 99)
+
+
+def edit(path: str, value) -> str:
+    """The default policy with one dotted path set (a list index as a number)."""
+    data = yaml.safe_load(DEFAULT)
+    node = data
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if k.isdigit() else node.setdefault(k, {})
+    last = keys[-1]
+    if last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return yaml.safe_dump(data)
+
+
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        ("fleet.floor_groups", 4, "x.yaml: fleet.floor_groups: 4 is above fleet.ceiling_groups (3)"),
+        ("fleet.floor_groups", 0, "x.yaml: fleet.floor_groups: 0: Input should be greater than or equal to 1"),
+        ("fleet.group_size_nodes", 3, "x.yaml: fleet.group_size_nodes: 3 does not divide fleet.model_kv_heads (8)"),
+        ("fleet.groups.1.nodes.0.name", "spark-1",
+         "x.yaml: fleet.groups[1].nodes[0]: node 'spark-1' is also in group 'g1'; groups are fixed, disjoint node sets"),
+        ("fleet.groups.2.nodes", [{"name": "spark-5", "address": "10.0.0.15"}],
+         "x.yaml: fleet.groups[2].nodes: group 'g3' has 1 nodes; fleet.group_size_nodes is 2"),
+        ("fleet.groups.0.worker_url", "http://10.0.0.11:30000/",
+         "x.yaml: fleet.groups[0].worker_url: 'http://10.0.0.11:30000/' must have no path, query or trailing slash"),
+        ("fleet.ceiling_groups", 4, "x.yaml: fleet.ceiling_groups: 4 is above the number of groups defined (3)"),
+        ("fleet.flor_groups", 1, "x.yaml: fleet.flor_groups: unknown field"),
+        ("scaling.tick_interval_s", -5, "x.yaml: scaling.tick_interval_s: -5: Input should be greater than 0"),
+        ("scaling.tick_interval_s", "fast", "x.yaml: scaling.tick_interval_s: 'fast': Input should be a valid number"),
+        ("cost.energy_price_per_kwh", -0.1,
+         "x.yaml: cost.energy_price_per_kwh: -0.1: Input should be greater than or equal to 0"),
+        ("drain.timeout_s", 0, "x.yaml: drain.timeout_s: 0: Input should be greater than 0"),
+        ("drain.on_timeout", "explode", "x.yaml: drain.on_timeout: 'explode': Input should be 'stop' or 'keep_serving'"),
+        ("schedules.timezone", "Mars/Base",
+         "x.yaml: schedules.timezone: 'Mars/Base' is not an IANA time zone (e.g. UTC, Europe/Berlin)"),
+        ("schedules.windows", [{"name": "w", "days": ["mon"], "start": "25:00", "end": "06:00", "floor_groups": 2}],
+         "x.yaml: schedules.windows[0].start: '25:00' is not a time of day HH:MM (00:00-23:59)"),
+        ("schedules.windows", [{"name": "w", "days": ["monday"], "start": "08:00", "end": "18:00", "floor_groups": 2}],
+         "x.yaml: schedules.windows[0].days: 'monday' is not a weekday; use mon, tue, wed, thu, fri, sat, sun"),
+        ("schedules.windows", [{"name": "w", "start": "08:00", "end": "18:00"}],
+         "x.yaml: schedules.windows[0].floor_groups: a schedule window must set floor_groups, ceiling_groups or both"),
+        ("schedules.windows", [{"name": "w", "start": "08:00", "end": "18:00", "floor_groups": 5}],
+         "x.yaml: schedules.windows[0].floor_groups: 5 is above the 3 groups defined"),
+        ("signals.metric_prefix", "sglang-", "x.yaml: signals.metric_prefix: 'sglang-': String should match pattern"),
+        ("signals.queries", {"runing": "x"},
+         "x.yaml: signals.queries: unknown signal 'runing'; signals are running, queued, kv_usage"),
+    ],
+)
+def test_each_rule_names_file_field_value_and_rule(path, value, expected):
+    with pytest.raises(PolicyInvalid) as exc:
+        parse_policy(edit(path, value), "x.yaml")
+    assert any(line.startswith(expected) for line in exc.value.errors), exc.value.errors
+
+
+def test_all_errors_are_reported_at_once():
+    text = edit("cost.pue", 0.5)
+    text = text.replace("scaling:\n", "scaling:\n  bogus: 1\n", 1)
+    with pytest.raises(PolicyInvalid) as exc:
+        parse_policy(text, "x.yaml")
+    assert len(exc.value.errors) == 2
+
+
+def test_a_pin_in_the_past_is_inactive_not_invalid():
+    p = parse_policy(edit("schedules.pin", {"groups": 2, "until": "2001-01-01T00:00:00"}), "x.yaml")
+    assert p.schedules.pin.until.year == 2001
+
+
+def test_yaml_syntax_error_names_the_line():
+    with pytest.raises(PolicyInvalid) as exc:
+        parse_policy("fleet:\n  floor_groups: 1\n   ceiling: 2\n", "x.yaml")
+    assert exc.value.errors == ["x.yaml:3: yaml: mapping values are not allowed here"]
+
+
+def test_validators_reject_and_never_rewrite():
+    p = parse_policy(DEFAULT, "x.yaml")
+    assert p.model_dump(mode="json")["fleet"]["groups"][0]["worker_url"] == "http://10.0.0.11:30000"
+    with pytest.raises(Exception):
+        p.fleet.floor_groups = 2  # frozen
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autoscaler", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+
+
+def test_validate_cli_exit_codes_and_lines(tmp_path):
+    good = ROOT / "policies/default.yaml"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(edit("fleet.floor_groups", 4))
+    p = cli("policy", "validate", str(good))
+    assert p.returncode == 0 and "ok" in p.stdout
+    p = cli("policy", "validate", str(good), str(bad))
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [f"{bad}: fleet.floor_groups: 4 is above fleet.ceiling_groups (3)"]
+    p = cli("policy", "validate", str(tmp_path / "missing.yaml"))
+    assert p.returncode == 2 and "missing.yaml: cannot read" in p.stderr
+
+
+def test_show_fills_every_default():
+    p = cli("policy", "show", "policies/default.yaml", "--json")
+    assert p.returncode == 0
+    shown = json.loads(p.stdout)
+    assert shown["drain"]["poll_interval_s"] == 2.0  # not in the file: the default
+    assert set(shown) == {"fleet", "slo", "scaling", "schedules", "forecast", "cost", "signals", "drain", "simulation"}
+    assert "running" in shown["signals"]["queries"]
+
+
+def test_settings_flags_env_defaults_and_secret_is_hidden(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("s3cret\n")
+    env = {"AUTOSCALER_PROMETHEUS_URL": "http://prom:9090/", "AUTOSCALER_GATEWAY_API_KEY_FILE": str(key_file),
+           "AUTOSCALER_DATABASE_URL": "postgresql://u:pw@db/ledger"}
+    s = load_settings(prometheus=None, gateway="http://gw:30000", env=env)
+    assert (s.prometheus_url, s.gateway_url, s.gateway_api_key) == ("http://prom:9090", "http://gw:30000", "s3cret")
+    assert "s3cret" not in repr(s) and "pw" not in repr(s) and "***" in repr(s)
+    assert load_settings(env={}).database_url == "sqlite:///autoscaler.db"
+
+
+def test_decide_cli(tmp_path):
+    p = cli("decide", "--policy", "policies/default.yaml", "--snapshot", "examples/snapshots/busy-morning.json", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert set(d) == {"action", "target_groups", "group", "reason", "detail", "inputs"}
+    # demand 6 + 3 = 9 over 1 ready group at 6 x 1.0 per group -> ceil(9 / 6) = 2 groups: start g2
+    assert (d["action"], d["target_groups"], d["group"], d["reason"]) == ("scale_up", 2, "g2", "utilization_high")
+    bad = tmp_path / "snap.json"
+    bad.write_text(json.dumps({"at": "2026-01-05T09:00:00Z", "fleet": {"groups": {"g9": {"phase": "ready"}}}}))
+    p = cli("decide", "--policy", "policies/default.yaml", "--snapshot", str(bad))
+    assert p.returncode == 2 and f"{bad}: fleet.groups.g9: no such group in the policy" in p.stderr
+    bad.write_text("{not json")
+    p = cli("decide", "--policy", "policies/default.yaml", "--snapshot", str(bad))
+    assert p.returncode == 2 and f"{bad}:1: json:" in p.stderr
+    # --at overrides the snapshot's time; the memory chains
+    mem = tmp_path / "mem.json"
+    p = cli("decide", "--policy", "policies/default.yaml", "--snapshot", "examples/snapshots/busy-morning.json",
+            "--at", "2026-01-06T09:00:00", "--memory-out", str(mem))
+    assert p.returncode == 0 and "at 2026-01-06T09:00:00Z" in p.stdout
+    assert json.loads(mem.read_text())["last_scale_up_at"] == "2026-01-06T09:00:00Z"
