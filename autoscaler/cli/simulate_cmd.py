@@ -11,6 +11,7 @@ from autoscaler.cli.common import print_json, time_arg
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
 from autoscaler.sim.backtest import HPA_DEFAULT_TARGET, backtest, prepare_trace, results_json
+from autoscaler.sim.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepare_prometheus_trace
 from autoscaler.sim.timeline import minute_rows, write_plot, write_timeline
 
 FORMATS = ("auto", "azure", "mooncake", "servegen", "csv")
@@ -21,8 +22,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", required=True, metavar="FILE")
     p.add_argument("--trace", metavar="PATH", help="a trace file (or a ServeGen directory)")
     p.add_argument("--trace-format", choices=FORMATS, default="auto")
-    p.add_argument("--peak-utilization", type=float, default=0.5, metavar="U",
-                   help="rescale so the busiest 5 minutes offer U of the ceiling's slots (default 0.5)")
+    p.add_argument("--from-prometheus", metavar="URL",
+                   help="instead of --trace: replay the fleet's request history recorded in this Prometheus "
+                        "between --from and --to (docs/backtest-from-prometheus.md)")
+    p.add_argument("--from", dest="from_", type=time_arg, metavar="T",
+                   help="with --from-prometheus: range start (ISO 8601, UTC without a zone)")
+    p.add_argument("--to", type=time_arg, metavar="T", help="with --from-prometheus: range end")
+    p.add_argument("--step", type=int, default=None, metavar="S",
+                   help="with --from-prometheus: seconds per step (rate window and query step; "
+                        f"default {DEFAULT_STEP_S}, at least twice the scrape interval)")
+    p.add_argument("--selector", metavar="MATCHERS",
+                   help="with --from-prometheus: label matchers for the counters, e.g. 'job=\"sglang\"' "
+                        "('' = every series; default: the policy's groups by signals.group_label)")
+    p.add_argument("--peak-utilization", type=float, default=None, metavar="U",
+                   help="rescale so the busiest 5 minutes offer U of the ceiling's slots (default 0.5 for --trace; "
+                        "with --from-prometheus no rescaling unless given)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--start-at", type=time_arg, metavar="T",
                    help="when a trace without absolute times starts (default Monday 2026-01-05 00:00 UTC)")
@@ -54,17 +68,49 @@ class _Progress:
             sys.stderr.write("\r" + " " * 50 + "\r")
 
 
+def _check_source(args: argparse.Namespace) -> None:
+    """Exactly one of --trace and --from-prometheus, and only the flags that go with it."""
+    if args.trace and args.from_prometheus:
+        raise BadInput("simulate: --trace and --from-prometheus are mutually exclusive; give one")
+    if not args.trace and not args.from_prometheus:
+        raise BadInput("simulate: give --trace PATH or --from-prometheus URL (with --from and --to)")
+    if args.from_prometheus:
+        for flag, value in (("--from", args.from_), ("--to", args.to)):
+            if value is None:
+                raise BadInput(f"simulate --from-prometheus: {flag} T is required (ISO 8601, UTC without a zone)")
+        if args.to <= args.from_:
+            raise BadInput("simulate --from-prometheus: --to must be after --from")
+        for flag, given in (("--trace-format", args.trace_format != "auto"), ("--start-at", args.start_at is not None),
+                            ("--skip-bad-rows", args.skip_bad_rows)):
+            if given:
+                raise BadInput(f"simulate: {flag} applies to --trace, not to --from-prometheus")
+    else:
+        for flag, value in (("--from", args.from_), ("--to", args.to), ("--step", args.step),
+                            ("--selector", args.selector)):
+            if value is not None:
+                raise BadInput(f"simulate: {flag} applies to --from-prometheus, not to --trace")
+
+
 def _run(args: argparse.Namespace) -> int:
-    if not args.trace:
-        raise BadInput("simulate: --trace is required")
-    if not 0 < args.peak_utilization <= 10:
+    _check_source(args)
+    if args.peak_utilization is not None and not 0 < args.peak_utilization <= 10:
         raise BadInput(f"--peak-utilization: {args.peak_utilization} must be above 0 and at most 10")
     loaded = load_policy(args.policy)
     policy = loaded.policy
     started = time.perf_counter()
-    start_at = None if args.start_at is None else datetime.fromtimestamp(args.start_at, tz=timezone.utc)
-    trace, factor, info = prepare_trace(args.trace, args.trace_format, policy, args.peak_utilization, args.seed,
-                                        start_at, args.skip_bad_rows)
+    if args.from_prometheus:
+        trace, factor, info = prepare_prometheus_trace(
+            args.from_prometheus, args.from_, args.to, policy,
+            step_s=DEFAULT_STEP_S if args.step is None else args.step, seed=args.seed,
+            peak_utilization=args.peak_utilization, selector=args.selector, timeout_s=DEFAULT_TIMEOUT_S,
+        )
+        label = f"prometheus {info['url']} {info['from']}..{info['to']}"
+    else:
+        start_at = None if args.start_at is None else datetime.fromtimestamp(args.start_at, tz=timezone.utc)
+        peak = 0.5 if args.peak_utilization is None else args.peak_utilization
+        trace, factor, info = prepare_trace(args.trace, args.trace_format, policy, peak, args.seed,
+                                            start_at, args.skip_bad_rows)
+        label = args.trace
     progress = _Progress()
     runs = backtest(trace, factor, policy, compare=args.compare, seed=args.seed, keep_decisions=bool(args.db),
                     progress=progress)
@@ -84,12 +130,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.db:
         from autoscaler.sim.ledger_export import export_backtest
 
-        out["ledger_run_id"] = export_backtest(args.db, loaded, trace, ours, label=args.trace)
+        out["ledger_run_id"] = export_backtest(args.db, loaded, trace, ours, label=label)
     if args.json:
         print_json(out)
     else:
         _print_table(out)
     return 0
+
+
+def _or_dash(value) -> str:
+    return "-" if value is None else f"{value:,.1f}"
 
 
 def _print_table(out: dict) -> None:
@@ -111,8 +161,18 @@ def _print_table(out: dict) -> None:
         ("wall s", "wall_s", "{:.2f}"),
     ]
     t = out["trace"]
-    print(f"trace: {t['format']}, {t['requests_read']:,} rows read, {t['bad_rows']} bad, "
-          f"{t['gap_windows']} collection-gap windows; load scale x{out['load_scale']:.6g}")
+    if t["format"] == "prometheus":
+        tokens = t["tokens"]
+        print(f"trace: prometheus {t['url']}, {t['from']} to {t['to']} in {t['steps']:,} steps of {t['step_s']} s: "
+              f"{t['requests_read']:,} with data, {t['gap_windows']} without ({t['gaps_filled']} filled by "
+              f"interpolation, {t['gaps_cut']} cut at the edges); replayed {t['replay_from']} to {t['replay_to']}")
+        print(f"recorded: {t['recorded_requests']:,.1f} requests, tokens per request: input "
+              f"{_or_dash(t['recorded_input_tokens_per_request'])} ({tokens['input']}), output "
+              f"{_or_dash(t['recorded_output_tokens_per_request'])} ({tokens['output']}); "
+              f"load scale x{out['load_scale']:.6g}")
+    else:
+        print(f"trace: {t['format']}, {t['requests_read']:,} rows read, {t['bad_rows']} bad, "
+              f"{t['gap_windows']} collection-gap windows; load scale x{out['load_scale']:.6g}")
     width = 24
     print("".ljust(width) + "".join(name.rjust(14) for name, _ in cols))
     for label, key, fmt in rows:
