@@ -75,15 +75,39 @@ def edit(path: str, value) -> str:
          "x.yaml: schedules.windows[0].floor_groups: a schedule window must set floor_groups, ceiling_groups or both"),
         ("schedules.windows", [{"name": "w", "start": "08:00", "end": "18:00", "floor_groups": 5}],
          "x.yaml: schedules.windows[0].floor_groups: 5 is above the 3 groups defined"),
+        ("fleet.floor_groups", "2", "x.yaml: fleet.floor_groups: '2': Input should be a valid integer"),
+        ("fleet.floor_groups", True, "x.yaml: fleet.floor_groups: True: Input should be a valid integer"),
+        ("forecast.enabled", "yes", "x.yaml: forecast.enabled: 'yes': Input should be a valid boolean"),
+        ("slo.ttft_target_s", "3", "x.yaml: slo.ttft_target_s: '3': Input should be a valid number"),
+        ("schedules.windows", [{"name": "w", "start": "08:00", "end": "18:00", "floor_groups": 3}],
+         None),  # floor 3 = ceiling 3: valid
         ("signals.metric_prefix", "sglang-", "x.yaml: signals.metric_prefix: 'sglang-': String should match pattern"),
         ("signals.queries", {"runing": "x"},
          "x.yaml: signals.queries: unknown signal 'runing'; signals are running, queued, kv_usage"),
     ],
 )
 def test_each_rule_names_file_field_value_and_rule(path, value, expected):
+    if expected is None:
+        parse_policy(edit(path, value), "x.yaml")
+        return
     with pytest.raises(PolicyInvalid) as exc:
         parse_policy(edit(path, value), "x.yaml")
     assert any(line.startswith(expected) for line in exc.value.errors), exc.value.errors
+
+
+def test_a_schedule_floor_above_the_fleet_ceiling_is_rejected():
+    text = edit("fleet.ceiling_groups", 2)
+    data = yaml.safe_load(text)
+    data["schedules"]["windows"] = [{"name": "w", "start": "08:00", "end": "18:00", "floor_groups": 3}]
+    with pytest.raises(PolicyInvalid) as exc:
+        parse_policy(yaml.safe_dump(data), "x.yaml")
+    assert exc.value.errors == ["x.yaml: schedules.windows[0].floor_groups: 3 is above fleet.ceiling_groups (2)"]
+
+
+def test_a_duplicate_key_is_an_error_with_its_line():
+    with pytest.raises(PolicyInvalid) as exc:
+        parse_policy("fleet:\n  floor_groups: 1\n  floor_groups: 2\n", "x.yaml")
+    assert exc.value.errors == ["x.yaml:3: yaml: duplicate key 'floor_groups' (first on line 2)"]
 
 
 def test_all_errors_are_reported_at_once():
@@ -170,3 +194,24 @@ def test_decide_cli(tmp_path):
             "--at", "2026-01-06T09:00:00", "--memory-out", str(mem))
     assert p.returncode == 0 and "at 2026-01-06T09:00:00Z" in p.stdout
     assert json.loads(mem.read_text())["last_scale_up_at"] == "2026-01-06T09:00:00Z"
+
+
+@pytest.mark.parametrize(
+    "memory, expected",
+    [
+        ({"demand_by_slot": {"abc": 1}}, "memory.demand_by_slot.abc: a slot is a whole number"),
+        ({"demand_samples": [5]}, "memory.demand_samples[0]: 5 is not [time, demand]"),
+        ({"startup_durations_s": [None]}, "memory.startup_durations_s[0]: null is not a number"),
+        ({"disruptions": "x"}, "memory.disruptions: expected a list, got str"),
+    ],
+)
+def test_bad_memory_in_a_snapshot_is_bad_input(tmp_path, memory, expected):
+    from autoscaler.adapters.snapshot_file import load_snapshot
+    from autoscaler.errors import BadInput
+
+    snap = tmp_path / "s.json"
+    snap.write_text(json.dumps({"at": "2026-01-05T09:00:00Z", "memory": memory}))
+    policy = load_policy(ROOT / "policies/default.yaml").policy
+    with pytest.raises(BadInput) as exc:
+        load_snapshot(str(snap), policy)
+    assert str(exc.value).startswith(f"{snap}: {expected}")

@@ -98,7 +98,12 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         p = r.mapping(p, f"signals.problems[{i}]")
         if p.get("kind") not in PROBLEM_KINDS:
             raise r.fail(f"signals.problems[{i}].kind", f"{p.get('kind')!r} is not one of {', '.join(PROBLEM_KINDS)}")
-        problems.append(Problem(str(p.get("signal", "")), p.get("group"), p["kind"], str(p.get("detail", ""))))
+        signal, group = p.get("signal"), p.get("group")
+        if signal not in _SIGNAL_KEYS:
+            raise r.fail(f"signals.problems[{i}].signal", f"{signal!r} is not one of {', '.join(sorted(_SIGNAL_KEYS))}")
+        if group is not None and group not in names:
+            raise r.fail(f"signals.problems[{i}].group", f"{group!r} is not a group of the policy ({', '.join(names)})")
+        problems.append(Problem(signal, group, p["kind"], str(p.get("detail", ""))))
     signals = SignalSnapshot(at, groups, fleet_signals, tuple(problems))
 
     fl = r.mapping(data.get("fleet", {}), "fleet")
@@ -120,21 +125,43 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
     fleet = FleetState(states, synced)
 
     mem = r.mapping(data.get("memory", {}) or {}, "memory")
+
     def opt_time(key: str) -> float | None:
         return None if mem.get(key) is None else r.time(mem[key], f"memory.{key}")
+
+    def required_number(value: Any, where: str) -> float:
+        number = r.number(value, where)
+        if number is None:
+            raise r.fail(where, "null is not a number")
+        return number
+
+    def items(key: str) -> list:
+        value = mem.get(key, [])
+        if not isinstance(value, list):
+            raise r.fail(f"memory.{key}", f"expected a list, got {type(value).__name__}")
+        return value
+
+    samples = []
+    for i, v in enumerate(items("demand_samples")):
+        if not isinstance(v, list) or len(v) != 2:
+            raise r.fail(f"memory.demand_samples[{i}]", f"{v!r} is not [time, demand]")
+        samples.append((r.time(v[0], f"memory.demand_samples[{i}][0]"),
+                        required_number(v[1], f"memory.demand_samples[{i}][1]")))
+    by_slot = {}
+    for k, v in r.mapping(mem.get("demand_by_slot", {}), "memory.demand_by_slot").items():
+        if not str(k).lstrip("-").isdigit():
+            raise r.fail(f"memory.demand_by_slot.{k}", "a slot is a whole number (epoch seconds // 300)")
+        by_slot[int(k)] = required_number(v, f"memory.demand_by_slot.{k}")
     memory = Memory(
         last_scale_up_at=opt_time("last_scale_up_at"),
         surplus_since=opt_time("surplus_since"),
         slo_miss_since=opt_time("slo_miss_since"),
-        disruptions=tuple(r.time(v, f"memory.disruptions[{i}]") for i, v in enumerate(mem.get("disruptions", []))),
+        disruptions=tuple(r.time(v, f"memory.disruptions[{i}]") for i, v in enumerate(items("disruptions"))),
         startup_durations_s=tuple(
-            r.number(v, f"memory.startup_durations_s[{i}]") or 0.0 for i, v in enumerate(mem.get("startup_durations_s", []))
+            required_number(v, f"memory.startup_durations_s[{i}]") for i, v in enumerate(items("startup_durations_s"))
         ),
-        demand_samples=tuple(
-            (r.time(v[0], f"memory.demand_samples[{i}]"), r.number(v[1], f"memory.demand_samples[{i}]") or 0.0)
-            for i, v in enumerate(mem.get("demand_samples", []))
-        ),
-        demand_by_slot={int(k): float(v) for k, v in r.mapping(mem.get("demand_by_slot", {}), "memory.demand_by_slot").items()},
+        demand_samples=tuple(samples),
+        demand_by_slot=by_slot,
     )
     return signals, fleet, memory, at
 

@@ -42,18 +42,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed subcommand; map the project's errors to their exit codes."""
+    try:
+        return int(args.func(args) or 0)
+    except AutoscalerError as exc:
+        # One line per problem, naming the file, line or field (INTERFACES.md): as the error says it.
+        print(str(exc), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return int(args.func(args) or 0)
-    except AutoscalerError as exc:
-        print(f"autoscaler: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
+    return run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,9 +7,8 @@ without importing every other subcommand of the CLI.
 import logging
 import sys
 
-from autoscaler.cli import _Parser
+from autoscaler.cli import _Parser, run
 from autoscaler.cli import emulate_cmd
-from autoscaler.errors import AutoscalerError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,13 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(["emulate", *(sys.argv[1:] if argv is None else argv)])
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return int(args.func(args) or 0)
-    except AutoscalerError as exc:
-        print(f"autoscaler: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
+    return run(args)
 
 
 sys.exit(main())

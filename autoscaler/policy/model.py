@@ -17,11 +17,15 @@ from typing import Annotated
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+# Strict scalars: "2" is not a number and true is not 1 (an int is still a valid float).
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
+Float = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
+PosFloat = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
@@ -72,11 +76,11 @@ class Group(StrictModel):
 
 
 class Fleet(StrictModel):
-    model_kv_heads: int = Field(8, ge=1, description="The model's KV heads; the group size must divide it.")
-    group_size_nodes: int = Field(2, ge=1, description="Nodes per group (tensor parallel size across nodes).")
-    floor_groups: int = Field(ge=1, description="Fewest groups ever active (the floor).")
-    ceiling_groups: int = Field(ge=1, description="Most groups ever active (the ceiling).")
-    requests_per_group: int = Field(6, ge=1, description="Requests a group runs at once (--max-running-requests).")
+    model_kv_heads: Int = Field(8, ge=1, description="The model's KV heads; the group size must divide it.")
+    group_size_nodes: Int = Field(2, ge=1, description="Nodes per group (tensor parallel size across nodes).")
+    floor_groups: Int = Field(ge=1, description="Fewest groups ever active (the floor).")
+    ceiling_groups: Int = Field(ge=1, description="Most groups ever active (the ceiling).")
+    requests_per_group: Int = Field(6, ge=1, description="Requests a group runs at once (--max-running-requests).")
     startup_expected_s: PosFloat = Field(
         600, description="Expected time from start to ready for one group; replaced by the measured p95."
     )
@@ -125,18 +129,18 @@ class Fleet(StrictModel):
 # ----------------------------------------------------------------------------------------- slo
 class Slo(StrictModel):
     ttft_target_s: PosFloat = Field(3.0, description="Time-to-first-token target (seconds).")
-    ttft_percentile: float = Field(99, gt=0, lt=100, description="The percentile that must meet the target.")
+    ttft_percentile: Float = Field(99, gt=0, lt=100, description="The percentile that must meet the target.")
 
 
 # ------------------------------------------------------------------------------------- scaling
 class ScaleUp(StrictModel):
-    on_utilization: bool = Field(
+    on_utilization: Bool = Field(
         True, description="Scale up when running+queued requests exceed ready+starting groups at the target utilisation."
     )
     queued_per_group_above: NonNegFloat | None = Field(
         1.0, description="Scale up when queued requests per ready group exceed this (null: off)."
     )
-    on_slo_burn: bool = Field(
+    on_slo_burn: Bool = Field(
         True,
         description="Scale up when the TTFT percentile misses the target and queue wait is the cause "
         "(misses that more capacity would fix, not a long prompt's own prefill).",
@@ -149,7 +153,7 @@ class ScaleUp(StrictModel):
         description="The capacity miss must last this long before it adds a group (seconds): a burst shorter "
         "than a group's start-up is over before the group is ready.",
     )
-    max_groups_per_decision: int = Field(2, ge=1, description="Most groups added by one decision.")
+    max_groups_per_decision: Int = Field(2, ge=1, description="Most groups added by one decision.")
 
 
 class ScaleDown(StrictModel):
@@ -173,8 +177,8 @@ class Scaling(StrictModel):
         "it adds a group. 1.0: add a group once requests queue; a short queue costs seconds of TTFT, "
         "an extra group costs a group start-up of node-hours.",
     )
-    spare_groups: int = Field(0, ge=0, description="Groups kept above demand (N+1 headroom for a failing group).")
-    disruption_budget_per_hour: int = Field(
+    spare_groups: Int = Field(0, ge=0, description="Groups kept above demand (N+1 headroom for a failing group).")
+    disruption_budget_per_hour: Int = Field(
         4, ge=1, description="Most groups started or drained in any hour; scale-downs past it wait (scale-ups never do)."
     )
     scale_up: ScaleUp = Field(default_factory=ScaleUp, description="When to add groups.")
@@ -213,8 +217,8 @@ class Weekly(StrictModel):
 
 
 class ScheduleWindow(Weekly):
-    floor_groups: int | None = Field(None, ge=1, description="While active, the floor is at least this.")
-    ceiling_groups: int | None = Field(None, ge=1, description="While active, the ceiling is at most this (a cap).")
+    floor_groups: Int | None = Field(None, ge=1, description="While active, the floor is at least this.")
+    ceiling_groups: Int | None = Field(None, ge=1, description="While active, the ceiling is at most this (a cap).")
 
     @model_validator(mode="after")
     def _something(self) -> ScheduleWindow:
@@ -224,7 +228,7 @@ class ScheduleWindow(Weekly):
 
 
 class Pin(StrictModel):
-    groups: int = Field(ge=1, description="Hold exactly this many groups (within the fleet's floor and ceiling).")
+    groups: Int = Field(ge=1, description="Hold exactly this many groups (within the fleet's floor and ceiling).")
     until: datetime = Field(description="The pin expires at this time (ISO 8601; without a zone, UTC).")
     note: str = Field("", description="Why the pin was set; shown in decisions.")
 
@@ -254,22 +258,22 @@ class Schedules(StrictModel):
 
 # ------------------------------------------------------------------------------------ forecast
 class Forecast(StrictModel):
-    enabled: bool = Field(True, description="Scale on forecast demand over the start-up lead time.")
+    enabled: Bool = Field(True, description="Scale on forecast demand over the start-up lead time.")
     horizon_s: PosFloat | None = Field(
         None, description="How far ahead to look; null means the group start-up lead time (measured p95)."
     )
     trend_window_s: PosFloat = Field(600, description="Recent history fitted for the trend (seconds).")
-    seasonal_days: int = Field(7, ge=0, le=28, description="Earlier days whose same time of day informs the forecast.")
+    seasonal_days: Int = Field(7, ge=0, le=28, description="Earlier days whose same time of day informs the forecast.")
     seasonal_statistic: str = Field(
         "peak",
         pattern=r"^(rise|peak)$",
         description="How earlier days inform the forecast: 'rise' adds their typical rise over the horizon to "
         "today's level; 'peak' expects their typical highest demand within the horizon.",
     )
-    seasonal_quantile: float = Field(
+    seasonal_quantile: Float = Field(
         0.4, ge=0, le=1, description="Which quantile across earlier days to expect (0.5: the median day)."
     )
-    min_startup_samples: int = Field(
+    min_startup_samples: Int = Field(
         5, ge=1, description="Measured start-ups needed before their p95 replaces fleet.startup_expected_s."
     )
 
@@ -280,7 +284,7 @@ class Cost(StrictModel):
     node_power_active_w: NonNegFloat = Field(240, description="Power of one node while its group serves (W).")
     node_power_idle_w: NonNegFloat = Field(45, description="Power of one node that is stopped but powered (W).")
     node_power_off_w: NonNegFloat = Field(3, description="Power of one node that is powered off (W).")
-    pue: float = Field(1.3, ge=1.0, le=5.0, description="Power usage effectiveness of the site (>= 1).")
+    pue: Float = Field(1.3, ge=1.0, le=5.0, description="Power usage effectiveness of the site (>= 1).")
     energy_price_per_kwh: NonNegFloat = Field(0.15, description="Price of one kWh at the meter.")
     node_hour_fee: NonNegFloat = Field(0.0, description="Per-node-hour lease or colocation fee while active.")
     fixed_monthly_per_node: NonNegFloat = Field(
@@ -314,7 +318,7 @@ class Signals(StrictModel):
     group_label: str = Field(
         "instance", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$", description="Label whose value maps a series to a group."
     )
-    window_s: int = Field(60, ge=5, description="Range of rate() and histogram windows (seconds).")
+    window_s: Int = Field(60, ge=5, description="Range of rate() and histogram windows (seconds).")
     staleness_s: PosFloat = Field(60, description="A sample older than this is stale (seconds).")
     timeout_s: PosFloat = Field(3, description="Most time one Prometheus query may take (seconds).")
     queries: dict[str, str] = Field(
@@ -370,10 +374,10 @@ class Simulation(StrictModel):
     scrape_interval_s: PosFloat = Field(
         15, description="Simulated Prometheus scrape interval: the core sees load this old (seconds)."
     )
-    kv_cache_tokens: int = Field(
+    kv_cache_tokens: Int = Field(
         300_000, ge=512, description="KV-cache capacity of one group in tokens (prefix cache and running requests)."
     )
-    balance_abs_threshold: int = Field(
+    balance_abs_threshold: Int = Field(
         4, ge=0, description="The gateway's --balance-abs-threshold: a sticky session moves when its group "
         "has this many more requests than the least-loaded one.",
     )
@@ -402,6 +406,9 @@ class Policy(StrictModel):
                 value = getattr(w, field)
                 if value is not None and value > n:
                     raise FieldError(f"schedules.windows[{i}].{field}", f"{value} is above the {n} groups defined")
+            if w.floor_groups is not None and w.floor_groups > self.fleet.ceiling_groups:
+                raise FieldError(f"schedules.windows[{i}].floor_groups",
+                                 f"{w.floor_groups} is above fleet.ceiling_groups ({self.fleet.ceiling_groups})")
         if self.schedules.pin and self.schedules.pin.groups > n:
             raise FieldError("schedules.pin.groups", f"{self.schedules.pin.groups} is above the {n} groups defined")
         return self
