@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from autoscaler.core import decide as _decide
 from autoscaler.core.types import FleetState, GroupSignals, GroupState, Memory, Phase, Problem, SignalSnapshot
 from autoscaler.policy.model import Policy
 
@@ -85,3 +86,15 @@ def signals(
 
 def fresh() -> Memory:
     return Memory()
+
+
+# Every reason the real core returned while the core tests ran (test_core_scenarios.py checks the
+# closed set was covered: a code no test reaches is a rule no test checks).
+REASONS_SEEN: set = set()
+
+
+def decide(signals, fleet, policy, memory, now):
+    """The real core, recording the reason of each decision it returns."""
+    decision, next_memory = _decide(signals, fleet, policy, memory, now)
+    REASONS_SEEN.add(decision.reason)
+    return decision, next_memory
