@@ -25,12 +25,13 @@ import math
 from typing import Any
 
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
-from autoscaler.core.forecast import ForecastResult, forecast, horizon_s, lead_time_s, record_demand, seasonal_memo
+from autoscaler.core.forecast import ForecastResult, forecast, lead_time_s, record_demand, seasonal_memo
 from autoscaler.core.types import (
     Action,
     Decision,
     FleetState,
     GroupSignals,
+    GroupState,
     Memory,
     Phase,
     Problem,
@@ -48,6 +49,7 @@ _EPS = 1e-9
 _DEMAND_SIGNALS = ("running", "queued")
 _SCALE_DOWN_SIGNALS = ("running", "queued", "kv_usage")
 _SLO_SIGNALS = ("ttft_p99_s", "queue_wait_p99_s")
+_NO_SIGNALS = GroupSignals()  # a group without signals (frozen: one instance serves every lookup)
 
 
 def groups_needed(demand: float, per_group: float) -> int:
@@ -55,6 +57,11 @@ def groups_needed(demand: float, per_group: float) -> int:
     if demand <= 0:
         return 0
     return math.ceil(demand / per_group - _EPS)
+
+
+def _no_surplus(memory: Memory) -> Memory:
+    """``memory`` with no surplus running: the same memory when none was (most ticks), not a copy."""
+    return memory if memory.surplus_since is None else memory.with_(surplus_since=None)
 
 
 def _fmt(x: float | None) -> str:
@@ -69,10 +76,18 @@ class _Tick:
     def __init__(self, signals: SignalSnapshot, fleet: FleetState, policy: Policy, memory: Memory, now: float):
         self.signals, self.fleet, self.policy, self.now = signals, fleet, policy, now
         self.order = {name: i for i, name in enumerate(fleet.groups)}
-        self.ready = fleet.in_phase(Phase.READY)
-        self.starting = fleet.in_phase(Phase.STARTING)
-        self.draining = fleet.in_phase(Phase.DRAINING)
-        self.stopping = fleet.in_phase(Phase.STOPPING)
+        # fleet.in_phase() for each of the four phases, in one pass (policy order kept).
+        by_phase: dict[Phase, list[GroupState]] = {
+            Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: [], Phase.STOPPING: []
+        }
+        for g in fleet.groups.values():
+            bucket = by_phase.get(g.phase)
+            if bucket is not None:
+                bucket.append(g)
+        self.ready = by_phase[Phase.READY]
+        self.starting = by_phase[Phase.STARTING]
+        self.draining = by_phase[Phase.DRAINING]
+        self.stopping = by_phase[Phase.STOPPING]
         self.active = len(self.ready) + len(self.starting)
         self.bounds: Bounds = effective_bounds(policy, now)
         scaling = policy.scaling
@@ -83,8 +98,9 @@ class _Tick:
         self.problems: list[Problem] = [
             p for p in signals.problems if p.group is None or p.group in ready_names
         ]
-        running = [signals.groups.get(g.name, GroupSignals()).running for g in self.ready]
-        queued = [signals.groups.get(g.name, GroupSignals()).queued for g in self.ready]
+        loads = [signals.groups.get(g.name, _NO_SIGNALS) for g in self.ready]
+        running = [s.running for s in loads]
+        queued = [s.queued for s in loads]
         known = None not in running and None not in queued and not self._problem_in(_DEMAND_SIGNALS)
         self.running = sum(running) if known else None  # type: ignore[arg-type]
         self.queued = sum(queued) if known else None  # type: ignore[arg-type]
@@ -92,7 +108,9 @@ class _Tick:
 
         if memory.disruptions and now - memory.disruptions[0] >= HOUR_S:
             memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
-        self.horizon = horizon_s(policy, memory)
+        # The start-up samples only change outside decide (record_startup): one lead time per tick.
+        self.lead = lead_time_s(policy, memory)
+        self.horizon = policy.forecast.horizon_s or self.lead[0]  # = horizon_s(policy, memory)
         self.fc: ForecastResult | None = None
         if self.demand is not None:
             memory = record_demand(memory, policy, now, self.demand)
@@ -109,7 +127,7 @@ class _Tick:
 
     def inputs(self, **extra: Any) -> dict[str, Any]:
         fleet = self.signals.fleet
-        lead, lead_src = lead_time_s(self.policy, self.memory)
+        lead, lead_src = self.lead
         out: dict[str, Any] = {
             "ready": len(self.ready),
             "starting": len(self.starting),
@@ -282,7 +300,7 @@ def _signal_problem(t: _Tick):
         problem_reason(problem.kind),
         f"signal {problem.signal} for {where} is {problem.kind}: {problem.detail}; holding at {t.active} groups "
         "(never scaling down on missing data)",
-        t.memory.with_(surplus_since=None),
+        _no_surplus(t.memory),
     )
 
 
@@ -316,7 +334,7 @@ def _scale_down(t: _Tick):
     )
     extra = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4)}
     if t.active <= t.bounds.floor:
-        memory = t.memory.with_(surplus_since=None)
+        memory = _no_surplus(t.memory)
         if t.bounds.pinned:
             return _hold(t, Reason.PINNED, f"pinned at {t.bounds.floor} groups until "
                          f"{policy.schedules.pin.until.isoformat()}", memory, **extra)  # type: ignore[union-attr]
@@ -328,14 +346,14 @@ def _scale_down(t: _Tick):
                          memory, **extra)
         return _hold(t, Reason.STEADY, f"{numbers}; {t.active} groups fit", memory, **extra)
     if not surplus:
-        return _hold(t, Reason.STEADY, f"{numbers}; keeping {t.active} groups", t.memory.with_(surplus_since=None),
+        return _hold(t, Reason.STEADY, f"{numbers}; keeping {t.active} groups", _no_surplus(t.memory),
                      **extra)
     if t.starting or t.draining:
         busy = ", ".join(f"{g.name} {g.phase}" for g in t.starting + t.draining)
         return _hold(t, Reason.ACTION_IN_FLIGHT, f"{numbers}; but {busy}: one change at a time",
-                     t.memory.with_(surplus_since=None), **extra)
+                     _no_surplus(t.memory), **extra)
     since = t.memory.surplus_since if t.memory.surplus_since is not None else t.now
-    memory = t.memory.with_(surplus_since=since)
+    memory = t.memory if t.memory.surplus_since == since else t.memory.with_(surplus_since=since)
     t.memory = memory
     held_for = t.now - since
     if held_for < down.stabilization_s:
@@ -359,7 +377,7 @@ def _scale_down(t: _Tick):
                      f"{_fmt(down.min_group_uptime_s)} s (oldest {_fmt(youngest)} s)", **extra)
     victim = choose_victim(old_enough, t.order, dict(t.signals.groups))
     assert victim is not None
-    v = t.signals.groups.get(victim.name, GroupSignals())
+    v = t.signals.groups.get(victim.name, _NO_SIGNALS)
     return _drain(t, victim.name, Reason.SURPLUS,
                   f"{numbers} for {_fmt(held_for)} s; victim {victim.name} (KV {_fmt(v.kv_usage)}, "
                   f"running {_fmt(v.running)})", **extra)

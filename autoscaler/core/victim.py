@@ -23,12 +23,15 @@ def victim_key(order: int, signals: GroupSignals) -> tuple[float, float, int]:
     return (kv, load, -order)
 
 
+_NO_SIGNALS = GroupSignals()  # a group without signals (frozen: one instance serves every lookup)
+
+
 def choose_victim(
     candidates: list[GroupState], order: dict[str, int], signals: dict[str, GroupSignals]
 ) -> GroupState | None:
     if not candidates:
         return None
-    return min(candidates, key=lambda g: victim_key(order[g.name], signals.get(g.name, GroupSignals())))
+    return min(candidates, key=lambda g: victim_key(order[g.name], signals.get(g.name, _NO_SIGNALS)))
 
 
 def groups_to_start(fleet: FleetState, count: int) -> list[str]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from operator import itemgetter
 
 import numpy as np
 
 from autoscaler.core import Action, Decision, Memory, decide, record_startup
-from autoscaler.core.types import FleetState, GroupSignals, Phase, SignalSnapshot
+from autoscaler.core.types import FleetState, GroupSignals, Phase, Reason, SignalSnapshot
 from autoscaler.core.victim import choose_victim, groups_to_start
 from autoscaler.policy.model import Policy
 from autoscaler.sim.loadscale import service_times_s
@@ -25,10 +26,14 @@ class CoreController:
         self.keep = keep_decisions
         self.decisions: list[tuple[float, Decision]] = []
         self.counts: dict[str, int] = {}
+        self._keys: dict[tuple[Action, Reason], str] = {}  # (action, reason) -> "action:reason"
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
         decision, self.memory = decide(signals, fleet, self.policy, self.memory, now)
-        key = f"{decision.action}:{decision.reason}"
+        pair = (decision.action, decision.reason)
+        key = self._keys.get(pair)
+        if key is None:
+            key = self._keys[pair] = f"{decision.action}:{decision.reason}"
         self.counts[key] = self.counts.get(key, 0) + 1
         if self.keep or decision.action is not Action.HOLD:
             self.decisions.append((now, decision))
@@ -45,6 +50,8 @@ class CoreController:
 class StaticController:
     """The ceiling, always on."""
 
+    uses_signals = False  # the engine hands it None and skips building signals
+
     def __init__(self, policy: Policy):
         self.period_s = 60.0
 
@@ -53,6 +60,9 @@ class StaticController:
 
     def on_ready(self, name, startup_s):
         pass
+
+
+_DESIRED = itemgetter(1)  # (time, desired) -> desired
 
 
 class HpaController:
@@ -64,6 +74,8 @@ class HpaController:
     of the last 300 s (the window starts filled with the initial count); within floor and ceiling.
     Drains the least-loaded group the way ours does (core.victim).
     """
+
+    uses_latency_signals = False  # reads the groups' load only: the engine skips TTFT percentiles
 
     SYNC_S = 15.0
     STABILIZATION_S = 300.0
@@ -78,13 +90,18 @@ class HpaController:
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
         fleet_p = self.policy.fleet
-        ready = fleet.in_phase(Phase.READY)
-        starting = fleet.in_phase(Phase.STARTING)
-        current = len(ready) + len(starting)
+        ready: list = []  # fleet.in_phase(Phase.READY), and STARTING, in one pass
+        starting = 0
+        for g in fleet.groups.values():
+            if g.phase == Phase.READY:
+                ready.append(g)
+            elif g.phase == Phase.STARTING:
+                starting += 1
+        current = len(ready) + starting
         loads = [signals.groups.get(g.name) for g in ready]
         if not ready or any(s is None or s.running is None for s in loads):
             return [], []
-        metric = sum(s.running + s.queued for s in loads) / len(ready)  # type: ignore[union-attr,operator]
+        metric = sum([s.running + s.queued for s in loads]) / len(ready)  # type: ignore[union-attr,operator]
         ratio = metric / (self.target * fleet_p.requests_per_group)
         desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
         desired = min(max(desired, fleet_p.floor_groups), fleet_p.ceiling_groups)
@@ -93,7 +110,7 @@ class HpaController:
             self.history.popleft()
         if desired > current:
             return groups_to_start(fleet, desired - current), []
-        stabilized = max(d for _, d in self.history)
+        stabilized = max(self.history, key=_DESIRED)[1]
         if stabilized < current:
             victims, pool = [], list(ready)
             for _ in range(min(current - stabilized, len(pool) - 0)):
@@ -145,6 +162,8 @@ class OracleController:
     """Clairvoyant: group k is on for each stretch of minutes where k groups are needed, started one
     start-up time before the stretch, drained when it ends, kept on across gaps shorter than the
     start-up time. Every schedule starts with the ceiling ready, so minute 0 counts as needed."""
+
+    uses_signals = False  # the engine hands it None and skips building signals
 
     def __init__(self, trace: Trace, policy: Policy):
         self.period_s = 15.0

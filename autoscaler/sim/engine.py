@@ -40,6 +40,10 @@ BLOCK_TOKENS = 512  # Mooncake's hash_ids are 512-token blocks
 
 class Controller(Protocol):
     period_s: float
+    # Optional: a controller with ``uses_signals = False`` (always-on, the oracle) is handed None for
+    # the signals, and the replay skips building them; with ``uses_latency_signals = False`` (HPA)
+    # the snapshot has the load but no TTFT or queue-wait percentiles (None), and the replay skips
+    # tracking first tokens for them.
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState) -> tuple[list[str], list[str]]:
         """-> (groups to start or return to service, groups to drain)."""
@@ -51,7 +55,7 @@ class Controller(Protocol):
 class _Group:
     __slots__ = (
         "name", "idx", "phase", "since", "ready_at", "slots", "inflight", "ctx_tokens", "cache",
-        "cache_tokens", "epoch", "on_since", "drain_deadline", "up", "draining_since",
+        "cache_tokens", "epoch", "on_since", "drain_deadline", "up", "draining_since", "state",
     )  # fmt: skip
 
     def __init__(self, name: str, idx: int, slots: int):
@@ -69,6 +73,7 @@ class _Group:
         self.drain_deadline = math.inf
         self.draining_since = 0.0
         self.up: list[tuple[float, float]] = []  # closed (start, end) intervals of nodes being on
+        self.state: GroupState | None = None  # the last GroupState handed to the controller
 
     def settle(self, now: float) -> None:
         """Forget requests that finished by ``now``."""
@@ -113,10 +118,16 @@ def simulate(
     groups = [_Group(n, i, slots_n) for i, n in enumerate(names)]
     by_name = {g.name: g for g in groups}
     rng = np.random.default_rng(seed)
+    STARTING, READY, DRAINING, OFF = Phase.STARTING, Phase.READY, Phase.DRAINING, Phase.OFF
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
 
     t_arr = trace.t_s.tolist()
     inp = trace.input_tokens.tolist()
-    out = trace.output_tokens.tolist()
+    # Per request, without a cache hit: the same IEEE operations as (inp - 0) / prefill and
+    # out / decode on Python numbers (exact int -> float64 conversion), done once as arrays.
+    pre_np, dec_np = trace.input_tokens / prefill, trace.output_tokens / decode
+    pre_l, dec_l, svc_l = pre_np.tolist(), dec_np.tolist(), (pre_np + dec_np).tolist()
+    tok_l = (trace.input_tokens + trace.output_tokens).tolist()
     n = len(t_arr)
     span0, span1 = trace.span_s
     t0 = span0
@@ -136,36 +147,48 @@ def simulate(
 
     # Every schedule starts with the ceiling ready.
     for g in groups[: fleet_p.ceiling_groups]:
-        g.phase, g.since, g.on_since = Phase.READY, t0 - 86400.0, t0
-    serving = [g for g in groups if g.phase is Phase.READY]
+        g.phase, g.since, g.on_since = READY, t0 - 86400.0, t0
+    serving = [g for g in groups if g.phase is READY]
     events: list[tuple[float, str, str]] = []
     scale_ups = scale_downs = 0
 
     window = float(policy.signals.window_s)
     pct = policy.slo.ttft_percentile / 100.0
     first_tokens: list[tuple[float, float, float]] = []  # heap of (first token time, ttft, queue wait)
-    recent: deque[tuple[float, float, float]] = deque()
+    # First tokens within the signal window, in time order, as three parallel columns.
+    recent_t: deque[float] = deque()
+    recent_ttft: deque[float] = deque()
+    recent_wait: deque[float] = deque()
+    # Their percentiles, recomputed only when a first token entered or left the window.
+    ttft_p: float | None = None
+    queue_p: float | None = None
+    percentiles_valid = False
 
     period = controller.period_s
+    uses_signals = getattr(controller, "uses_signals", True)
+    track_latency = uses_signals and getattr(controller, "uses_latency_signals", True)
     next_tick = t0
     pending_signals: SignalSnapshot | None = None
     next_ready = math.inf
     tick_rows: list[tuple[float, float, int, int, int]] = []
     drain_policy = policy.drain
+    cap = sim_p.kv_cache_tokens
+    idle = GroupSignals(running=0.0, queued=0.0, kv_usage=min(1.0, 0 / cap))
+    fleet_now: FleetState | None = None  # the last tick's, handed out again while no group changed
 
     def start_group(g: _Group, now: float) -> None:
         nonlocal scale_ups, next_ready
-        if g.phase is Phase.DRAINING:  # back into service: cheapest capacity there is
-            g.phase, g.drain_deadline = Phase.READY, math.inf
+        if g.phase is DRAINING:  # back into service: cheapest capacity there is
+            g.phase, g.drain_deadline = READY, math.inf
             serving.append(g)
             serving.sort(key=lambda x: x.idx)
             events.append((now, g.name, "return"))
             return
-        if g.phase is not Phase.OFF:
+        if g.phase is not OFF:
             return
         jitter = sim_p.startup_jitter_s
         startup = sim_p.startup_s + (rng.uniform(-jitter, jitter) if jitter else 0.0)
-        g.phase, g.since, g.ready_at = Phase.STARTING, now, now + startup
+        g.phase, g.since, g.ready_at = STARTING, now, now + startup
         g.epoch += 1
         g.cache, g.cache_tokens = {}, 0
         g.on_since = now
@@ -177,75 +200,120 @@ def simulate(
     def promote(now: float) -> None:
         nonlocal next_ready
         for g in groups:
-            if g.phase is Phase.STARTING and g.ready_at <= now:
-                g.phase, g.since = Phase.READY, g.ready_at
+            if g.phase is STARTING and g.ready_at <= now:
+                g.phase, g.since = READY, g.ready_at
                 serving.append(g)
                 serving.sort(key=lambda x: x.idx)
                 controller.on_ready(g.name, g.ready_at - g.on_since)  # type: ignore[operator]
                 events.append((g.ready_at, g.name, "ready"))
-        next_ready = min((g.ready_at for g in groups if g.phase is Phase.STARTING), default=math.inf)
+        next_ready = min((g.ready_at for g in groups if g.phase is STARTING), default=math.inf)
 
     def stop(g: _Group, at: float) -> None:
-        g.phase, g.since = Phase.OFF, at
+        g.phase, g.since = OFF, at
         g.up.append((g.on_since, at))  # type: ignore[arg-type]
         g.on_since = None
         g.drain_deadline = math.inf
         events.append((at, g.name, "stop"))
 
     def snapshot(now: float) -> SignalSnapshot:
-        while first_tokens and first_tokens[0][0] <= now:
-            recent.append(heapq.heappop(first_tokens))
-        while recent and recent[0][0] <= now - window:
-            recent.popleft()
+        nonlocal ttft_p, queue_p, percentiles_valid
+        if first_tokens and first_tokens[0][0] <= now:
+            while first_tokens and first_tokens[0][0] <= now:
+                ft, tt, qq = heappop(first_tokens)
+                recent_t.append(ft)
+                recent_ttft.append(tt)
+                recent_wait.append(qq)
+            percentiles_valid = False
+        oldest = now - window
+        if recent_t and recent_t[0] <= oldest:
+            while recent_t and recent_t[0] <= oldest:
+                recent_t.popleft()
+                recent_ttft.popleft()
+                recent_wait.popleft()
+            percentiles_valid = False
         per: dict[str, GroupSignals] = {}
         running_total = queued_total = 0.0
-        cap = sim_p.kv_cache_tokens
         for g in serving:
-            g.settle(now)
-            k = len(g.inflight)
+            inflight = g.inflight
+            while inflight and inflight[0][0] <= now:
+                g.ctx_tokens -= heappop(inflight)[1]
+            k = len(inflight)
+            tokens = g.cache_tokens + g.ctx_tokens
+            if k == 0 and tokens == 0:
+                per[g.name] = idle
+                continue
             running = float(min(k, slots_n))
             queued = float(k - running)
-            per[g.name] = GroupSignals(
-                running=running, queued=queued, kv_usage=min(1.0, (g.cache_tokens + g.ctx_tokens) / cap)
-            )
+            per[g.name] = GroupSignals(running=running, queued=queued, kv_usage=min(1.0, tokens / cap))
             running_total += running
             queued_total += queued
-        if recent:
-            tt = sorted(x[1] for x in recent)
-            qq = sorted(x[2] for x in recent)
-            k = min(len(tt) - 1, max(0, math.ceil(pct * len(tt)) - 1))
-            ttft_p, queue_p = tt[k], qq[k]
-        else:
-            ttft_p = queue_p = None  # no first token in the window: no percentile, not a zero
-        arrivals = bisect_left(t_arr, now) - bisect_left(t_arr, now - window)
+        if track_latency and not percentiles_valid:  # (without latency tracking they stay None)
+            if recent_t:
+                m = len(recent_ttft)
+                k = min(m - 1, max(0, math.ceil(pct * m) - 1))
+                ttft_p, queue_p = sorted(recent_ttft)[k], sorted(recent_wait)[k]
+            else:  # no first token in the window: no percentile, not a zero
+                ttft_p = queue_p = None
+            percentiles_valid = True
+        arrivals = bisect_left(t_arr, now) - bisect_left(t_arr, oldest)
         fleet = GroupSignals(running=running_total, queued=queued_total, request_rate=arrivals / window,
                              ttft_p99_s=ttft_p, queue_wait_p99_s=queue_p)
         return SignalSnapshot(now, per, fleet, ())
 
+    def demand_only(now: float) -> float:
+        """running + queued over the serving groups, as snapshot() adds them up, for the tick rows."""
+        running_total = queued_total = 0.0
+        for g in serving:
+            inflight = g.inflight
+            while inflight and inflight[0][0] <= now:
+                g.ctx_tokens -= heappop(inflight)[1]
+            k = len(inflight)
+            running = float(min(k, slots_n))
+            running_total += running
+            queued_total += float(k - running)
+        return running_total + queued_total
+
     def fleet_state() -> FleetState:
-        return FleetState({g.name: GroupState(g.name, g.phase, g.since) for g in groups})
+        # GroupState and FleetState are frozen: the same values may be handed out again.
+        nonlocal fleet_now
+        changed = fleet_now is None
+        for g in groups:
+            st = g.state
+            if st is None or st.phase is not g.phase or st.since != g.since:
+                g.state = GroupState(g.name, g.phase, g.since)
+                changed = True
+        if changed:
+            fleet_now = FleetState({g.name: g.state for g in groups})
+        return fleet_now  # type: ignore[return-value]
 
     def do_tick(now: float) -> None:
         nonlocal pending_signals, scale_downs
         if now >= next_ready:
             promote(now)
-        current = snapshot(now)
-        seen = pending_signals if pending_signals is not None else current
-        pending_signals = current
-        starts, drains = controller.tick(now, seen, fleet_state())
+        if uses_signals:
+            current = snapshot(now)
+            seen = pending_signals if pending_signals is not None else current
+            pending_signals = current
+            demand = current.fleet.running + current.fleet.queued  # type: ignore[operator]
+        else:
+            seen, demand = None, demand_only(now)
+        starts, drains = controller.tick(now, seen, fleet_state())  # type: ignore[arg-type]
         for name in starts:
             start_group(by_name[name], now)
         for name in drains:
             g = by_name[name]
-            if g.phase is Phase.READY:
-                g.phase, g.since, g.draining_since = Phase.DRAINING, now, now
+            if g.phase is READY:
+                g.phase, g.since, g.draining_since = DRAINING, now, now
                 g.drain_deadline = now + drain_policy.timeout_s
                 serving.remove(g)
                 scale_downs += 1
                 events.append((now, g.name, "drain"))
         # Drains: stop when empty (after the controller had its chance to take the group back).
+        starting = draining = 0
         for g in groups:
-            if g.phase is not Phase.DRAINING:
+            if g.phase is not DRAINING:
+                if g.phase is STARTING:
+                    starting += 1
                 continue
             g.settle(now)
             if not g.inflight:
@@ -257,13 +325,12 @@ def simulate(
                     g.inflight, g.ctx_tokens = [], 0
                     stop(g, g.drain_deadline)
                 else:
-                    g.phase, g.drain_deadline = Phase.READY, math.inf
+                    g.phase, g.drain_deadline = READY, math.inf
                     serving.append(g)
                     serving.sort(key=lambda x: x.idx)
                     events.append((now, g.name, "return"))
-        demand = current.fleet.running + current.fleet.queued  # type: ignore[operator]
-        starting = sum(g.phase is Phase.STARTING for g in groups)
-        draining = sum(g.phase is Phase.DRAINING for g in groups)
+            else:
+                draining += 1
         tick_rows.append((now, demand, len(serving), starting, draining))
 
     report_every = max(1, n // 100)
@@ -277,15 +344,21 @@ def simulate(
         if progress is not None and i % report_every == 0:
             progress(i / n)
 
+        cached = 0
         if not serving:  # no group serves (cannot happen with a floor >= 1 once ready): wait for the first
-            waiting = [g for g in groups if g.phase is Phase.STARTING]
-            target = min(waiting, key=lambda g: g.ready_at) if waiting else groups[0]
-            chosen, cached = target, 0
+            waiting = [g for g in groups if g.phase is STARTING]
+            chosen = min(waiting, key=lambda g: g.ready_at) if waiting else groups[0]
         else:
+            # Forget finished requests and take the least-loaded group (the first of equals, as min()).
+            least = None
+            fewest = n + 1
             for g in serving:
-                g.settle(a)
-            least = min(serving, key=lambda g: len(g.inflight))
-            chosen, cached = least, 0
+                inflight = g.inflight
+                while inflight and inflight[0][0] <= a:
+                    g.ctx_tokens -= heappop(inflight)[1]
+                if len(inflight) < fewest:
+                    least, fewest = g, len(inflight)
+            chosen = least
             if blocks is not None:
                 req_blocks = blocks[i]
                 best, best_match = None, 0
@@ -300,9 +373,8 @@ def simulate(
                     if m > best_match:
                         best, best_match = g, m
                 if best is not None and best_match * BLOCK_TOKENS > cache_threshold * inp[i] \
-                        and len(best.inflight) - len(least.inflight) <= balance:
+                        and len(best.inflight) - fewest <= balance:
                     chosen = best
-                cached = 0
                 c = chosen.cache
                 for b in req_blocks:
                     if b in c:
@@ -316,26 +388,31 @@ def simulate(
                     prev = session_at.get(s)
                     if prev is not None:
                         g = groups[prev[0]]
-                        if g.phase is Phase.READY and g.epoch == prev[1] \
-                                and len(g.inflight) - len(least.inflight) <= balance:
+                        if g.phase is READY and g.epoch == prev[1] and len(g.inflight) - fewest <= balance:
                             chosen, cached = g, min(prev[2], inp[i])
 
-        pre = (inp[i] - cached) / prefill
-        svc = pre + out[i] / decode
+        if cached:
+            pre = (inp[i] - cached) / prefill
+            svc = pre + dec_l[i]
+        else:
+            pre = pre_l[i]
+            svc = svc_l[i]
         slots = chosen.slots
-        free = slots[0]
-        begin = a if free <= a else free
-        if chosen.phase is Phase.STARTING and begin < chosen.ready_at:
+        begin = slots[0]
+        if begin <= a:
+            begin = a
+        if chosen.phase is STARTING and begin < chosen.ready_at:
             begin = chosen.ready_at
-        heapq.heapreplace(slots, begin + svc)
         finish = begin + svc
-        tokens = inp[i] + out[i]
-        heapq.heappush(chosen.inflight, (finish, tokens, i))
+        heapreplace(slots, finish)
+        tokens = tok_l[i]
+        heappush(chosen.inflight, (finish, tokens, i))
         chosen.ctx_tokens += tokens
         wait = begin - a
         ttft_l[i] = wait + pre
         qwait_l[i] = wait
-        heapq.heappush(first_tokens, (begin + pre, wait + pre, wait))
+        if track_latency:
+            heappush(first_tokens, (begin + pre, wait + pre, wait))
 
         # The group now holds this request's prefix.
         if blocks is not None:
