@@ -3,7 +3,12 @@ and summarise each run with the keys INTERFACES.md fixes."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,6 +30,7 @@ class Run:
     result: SimResult
     summary: dict[str, Any]
     controller: Any = None
+    pid: int = 0  # the process that replayed it (the parent, or a worker of a parallel backtest)
 
 
 def model_params(policy: Policy) -> dict[str, Any]:
@@ -72,7 +78,8 @@ def run_one(name: str, trace: Trace, policy: Policy, controller, load_scale: flo
             progress: Callable[[float], None] | None = None) -> Run:
     started = time.perf_counter()
     result = simulate(trace, policy, controller, seed=seed, progress=progress)
-    return Run(name, result, summarise(result, policy, load_scale, time.perf_counter() - started), controller)
+    return Run(name, result, summarise(result, policy, load_scale, time.perf_counter() - started), controller,
+               os.getpid())
 
 
 def hpa_frontier_node_hours(ours_slo: float, sweep: list[dict[str, Any]]) -> float:
@@ -111,22 +118,126 @@ def prepare_trace(path: str, fmt: str, policy: Policy, peak_utilization: float, 
     return trace, factor, info
 
 
+# Below this many requests the replays take well under a second each, less than starting a pool.
+PARALLEL_MIN_REQUESTS = 20_000
+
+
+def reference_names() -> list[str]:
+    """The reference runs of ``--compare``, in the order they are reported."""
+    return ["static", *(f"hpa@{t}" for t in HPA_TARGETS), "oracle"]
+
+
+def _reference_controller(name: str, trace: Trace, policy: Policy):
+    if name == "static":
+        return StaticController(policy)
+    if name == "oracle":
+        return OracleController(trace, policy)
+    return HpaController(policy, float(name.removeprefix("hpa@")), trace.span_s[0])
+
+
+def default_workers() -> int:
+    """Processes for a parallel backtest: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def can_fork() -> bool:
+    """Whether the references can run in forked workers: a 'fork' start method, and not from inside
+    a daemonic process (a multiprocessing worker may not have children)."""
+    return "fork" in mp.get_all_start_methods() and not mp.current_process().daemon
+
+
 def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed: int = 0,
-             keep_decisions: bool = False, progress: Callable[[str, float], None] | None = None) -> dict[str, Run]:
-    """Run ours, and with ``compare`` the references, on the same arrivals."""
+             keep_decisions: bool = False, progress: Callable[[str, float], None] | None = None,
+             workers: int | None = None) -> dict[str, Run]:
+    """Run ours, and with ``compare`` the references, on the same arrivals.
+
+    The replays are independent (each has its own fleet, controller and seeded start-up jitter), so
+    with ``workers`` > 1 (default: the CPUs available, for traces of at least
+    ``PARALLEL_MIN_REQUESTS``) they run in that many processes at once: this one replays ours (its
+    controller, with every decision for --db, and its progress need no transfer) and
+    ``workers - 1`` forked workers replay the references, longest first; when ours is done, this
+    process takes the references no worker has started. The fork hands the workers the scaled
+    trace without pickling it; each sends back its Run (summary, SimResult, controller).
+    ``workers=1``, or no fork, runs everything here one after another; both give the same results.
+    """
     def prog(label: str):
         return None if progress is None else (lambda f: progress(label, f))
 
-    runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions), factor, seed, prog("ours"))}
-    if compare:
-        runs["static"] = run_one("static", trace, policy, StaticController(policy), factor, seed, prog("static"))
-        for target in HPA_TARGETS:
-            runs[f"hpa@{target}"] = run_one(
-                f"hpa@{target}", trace, policy, HpaController(policy, target, trace.span_s[0]), factor, seed,
-                prog(f"hpa {target}"),
-            )
-        runs["oracle"] = run_one("oracle", trace, policy, OracleController(trace, policy), factor, seed, prog("oracle"))
+    def here(name: str) -> Run:
+        label = name.replace("@", " ") if name.startswith("hpa") else name
+        return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, prog(label))
+
+    refs = reference_names() if compare else []
+    if workers is None:
+        workers = default_workers() if len(trace) >= PARALLEL_MIN_REQUESTS else 1
+    workers = min(workers, len(refs) + 1)
+    if workers <= 1 or not can_fork():
+        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions), factor, seed,
+                                prog("ours"))}
+        for name in refs:
+            runs[name] = here(name)
+        return runs
+
+    # Longest first, so that nobody is left with a long replay at the end. A worker is handed its
+    # next reference only when it finishes one (a callback, in this process's executor thread), so
+    # that none is queued for a busy worker while this process could take it. With 'fork', the
+    # initargs reach the workers by inheritance, not by pickling; a worker that dies (killed for
+    # memory, say) raises BrokenProcessPool here rather than leaving us waiting.
+    todo = deque(sorted(refs, key=lambda n: -_COST.get(n.split("@")[0], 1.0)))
+    lock = threading.Lock()
+    jobs: dict[str, Future] = {}
+    done: dict[str, Run] = {}
+
+    def take() -> str | None:
+        with lock:
+            return todo.popleft() if todo else None
+
+    with ProcessPoolExecutor(workers - 1, mp_context=mp.get_context("fork"), initializer=_init_worker,
+                             initargs=(trace, policy, factor, seed)) as pool:
+        def feed(_finished: Future | None = None) -> None:
+            with lock:  # taken and registered at once: once ``todo`` is empty, ``jobs`` is complete
+                if not todo:
+                    return
+                name = todo.popleft()
+                try:
+                    jobs[name] = job = pool.submit(_run_reference, name)
+                except BaseException:  # a broken pool: leave it to this process
+                    todo.appendleft(name)
+                    raise
+            job.add_done_callback(feed)
+
+        for _ in range(workers - 1):
+            feed()
+        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions), factor, seed,
+                                prog("ours"))}
+        while (name := take()) is not None:
+            done[name] = here(name)
+        for name, job in jobs.items():
+            done[name] = job.result()
+    for name in refs:
+        runs[name] = done[name]
     return runs
+
+
+# Relative replay cost of each kind of reference (measured on the 14-day trace: an HPA replay
+# ticks every 15 s and takes ~2.3 s, the oracle ~2 s, always-on ~1 s); only the order matters.
+_COST = {"hpa": 2.3, "oracle": 2.0, "static": 1.0}
+
+_worker_args: tuple[Trace, Policy, float, int] | None = None
+
+
+def _init_worker(trace: Trace, policy: Policy, factor: float, seed: int) -> None:
+    global _worker_args
+    _worker_args = (trace, policy, factor, seed)
+
+
+def _run_reference(name: str) -> Run:
+    assert _worker_args is not None, "_run_reference runs in a worker started by backtest()"
+    trace, policy, factor, seed = _worker_args
+    return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed)
 
 
 def results_json(runs: dict[str, Run], policy: Policy, trace_info: dict[str, Any], wall_s: float) -> dict[str, Any]:

@@ -1,0 +1,133 @@
+"""The parallel backtest gives the serial one's results, and the engine's shortcuts change nothing.
+
+On the Azure conversation trace (2,008 requests over an hour at the default peak utilisation 0.5):
+- ``backtest(workers=2)`` replays the seven references in forked workers while ours runs in this
+  process; every summary, every SimResult array and event, and every decision of ours must equal
+  those of ``backtest(workers=1)``, which replays all eight here one after another;
+- without fork (or from inside a worker) it falls back to the serial path;
+- always-on and the oracle read no signals (``uses_signals = False``) and HPA reads no latency
+  percentiles (``uses_latency_signals = False``): the engine skips building what they do not read,
+  and the replay must be the one it gives when it builds everything.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoscaler.policy import load_policy
+from autoscaler.sim import backtest as bt
+from autoscaler.sim.controllers import HpaController, OracleController, StaticController
+from autoscaler.sim.engine import SimResult, simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+AZURE = ROOT / "examples/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
+
+
+@pytest.fixture(scope="module")
+def setup():
+    policy = load_policy(ROOT / "policies/default.yaml").policy
+    trace, factor, info = bt.prepare_trace(str(AZURE), "auto", policy, 0.5, 0)
+    return policy, trace, factor, info
+
+
+def without_wall(o):
+    if isinstance(o, dict):
+        return {k: without_wall(v) for k, v in o.items() if k != "wall_s"}
+    if isinstance(o, list):
+        return [without_wall(v) for v in o]
+    return o
+
+
+def assert_same_replay(a: SimResult, b: SimResult) -> None:
+    for name in ("ttft_s", "queue_s", "cut", "tick_t", "tick_demand", "tick_ready", "tick_starting", "tick_draining"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name  # bit for bit, not approximately
+    assert a.events == b.events
+    assert a.group_intervals == b.group_intervals
+    assert (a.span_s, a.scale_ups, a.scale_downs, a.requests_cut_by_drain) == \
+        (b.span_s, b.scale_ups, b.scale_downs, b.requests_cut_by_drain)
+
+
+def decisions(run: bt.Run) -> list:
+    return [(t, d.to_dict(), d.groups, d.forecast_used) for t, d in run.controller.decisions]
+
+
+def test_parallel_backtest_equals_serial(setup):
+    policy, trace, factor, info = setup
+    serial = bt.backtest(trace, factor, policy, compare=True, keep_decisions=True, workers=1)
+    parallel = bt.backtest(trace, factor, policy, compare=True, keep_decisions=True, workers=2)
+
+    assert list(parallel) == list(serial) == ["ours", *bt.reference_names()]
+    for name in serial:
+        assert without_wall(parallel[name].summary) == without_wall(serial[name].summary), name
+        assert_same_replay(parallel[name].result, serial[name].result)
+    assert without_wall(bt.results_json(parallel, policy, info, 0.0)) == \
+        without_wall(bt.results_json(serial, policy, info, 0.0))
+    # Ours: every decision (holds included, keep_decisions) and the count of each reason.
+    assert len(serial["ours"].controller.decisions) == len(serial["ours"].result.tick_t) > 200
+    assert decisions(parallel["ours"]) == decisions(serial["ours"])
+    assert parallel["ours"].controller.counts == serial["ours"].controller.counts
+    # The references did run elsewhere: in worker processes, not in this one.
+    me = os.getpid()
+    assert serial["ours"].pid == parallel["ours"].pid == me
+    assert all(serial[n].pid == me for n in bt.reference_names())
+    assert any(parallel[n].pid != me for n in bt.reference_names())
+
+
+def test_without_fork_the_backtest_runs_serially(setup, monkeypatch):
+    policy, trace, factor, _ = setup
+    monkeypatch.setattr(bt, "can_fork", lambda: False)
+    runs = bt.backtest(trace, factor, policy, compare=True, workers=2)
+    assert {r.pid for r in runs.values()} == {os.getpid()}
+
+
+class _ReadsEverything:
+    """Wraps a controller and says it reads every signal, so the engine builds them all."""
+
+    uses_signals = True
+    uses_latency_signals = True
+
+    def __init__(self, inner):
+        self.inner, self.period_s = inner, inner.period_s
+        self.seen = 0
+
+    def tick(self, now, signals, fleet):
+        assert signals is not None
+        self.seen += signals.fleet.ttft_p99_s is not None
+        return self.inner.tick(now, signals, fleet)
+
+    def on_ready(self, name, startup_s):
+        self.inner.on_ready(name, startup_s)
+
+
+_traces: dict[float, object] = {}
+
+
+def azure_at(policy, peak_utilization: float):
+    if peak_utilization not in _traces:
+        _traces[peak_utilization] = bt.prepare_trace(str(AZURE), "auto", policy, peak_utilization, 0)[0]
+    return _traces[peak_utilization]
+
+
+# At peak utilisation 1.0 requests queue at some ticks (the tick demand counts them); at 0.5, HPA
+# at target 0.9 starts a group and drains two.
+@pytest.mark.parametrize("make, peak_utilization", [
+    (lambda trace, policy: StaticController(policy), 1.0),
+    (lambda trace, policy: OracleController(trace, policy), 1.0),
+    (lambda trace, policy: HpaController(policy, 0.5, trace.span_s[0]), 1.0),
+    (lambda trace, policy: HpaController(policy, 0.9, trace.span_s[0]), 0.5),
+], ids=["static", "oracle", "hpa-0.5", "hpa-0.9"])
+def test_skipping_unread_signals_changes_no_replay(setup, make, peak_utilization):
+    policy = setup[0]
+    trace = azure_at(policy, peak_utilization)
+    lean = simulate(trace, policy, make(trace, policy))
+    full_ctl = _ReadsEverything(make(trace, policy))
+    full = simulate(trace, policy, full_ctl)
+    assert full_ctl.seen > 0  # the full path did build the percentiles the lean one skips
+    assert (full.tick_demand > policy.fleet.requests_per_group * full.tick_ready).any() \
+        or full.scale_downs > 0  # something to get wrong: queued requests, or a drain
+    assert_same_replay(lean, full)
