@@ -53,7 +53,23 @@ def local_time(policy: Policy, now: float) -> datetime:
     return datetime.fromtimestamp(now, tz=_zone(policy.schedules.timezone))
 
 
+# The bounds of the last policy without a pin or windows, which hold at every instant. Keyed by
+# identity (a Policy is frozen); holding the policy keeps its id unique.
+_unscheduled: tuple[Policy | None, Bounds | None] = (None, None)
+
+
 def effective_bounds(policy: Policy, now: float) -> Bounds:
+    global _unscheduled
+    memo = _unscheduled  # one read: another thread may replace it, never half of it
+    if memo[0] is policy:
+        return memo[1]  # type: ignore[return-value]
+    bounds = _bounds_at(policy, now)
+    if policy.schedules.pin is None and not policy.schedules.windows:
+        _unscheduled = (policy, bounds)
+    return bounds
+
+
+def _bounds_at(policy: Policy, now: float) -> Bounds:
     fleet = policy.fleet
     pin = policy.schedules.pin
     if pin is not None and now < pin.until.timestamp():

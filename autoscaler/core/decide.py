@@ -94,10 +94,10 @@ class _Tick:
         self.per_group = policy.fleet.requests_per_group * scaling.target_utilization
         self.spare = scaling.spare_groups
 
-        ready_names = {g.name for g in self.ready}
-        self.problems: list[Problem] = [
-            p for p in signals.problems if p.group is None or p.group in ready_names
-        ]
+        self.problems: list[Problem] = []
+        if signals.problems:
+            ready_names = {g.name for g in self.ready}
+            self.problems = [p for p in signals.problems if p.group is None or p.group in ready_names]
         loads = [signals.groups.get(g.name, _NO_SIGNALS) for g in self.ready]
         running = [s.running for s in loads]
         queued = [s.queued for s in loads]
