@@ -235,3 +235,40 @@ def test_default_policy_meets_the_targets(path):
     assert v["slo_within_0_5pp_of_static"], v
     assert v["within_10pct_of_oracle"], v
     assert v["at_or_below_hpa_frontier"], v
+
+
+def test_drain_timeout_not_aligned_to_ticks_cuts_what_ran_past_the_deadline():
+    # g2 drains at the tick at 15 s with a 20 s timeout: deadline 35 s. Its request (500 input
+    # tokens, 0.2 s prefill, then 830 tokens at 20/s = 41.5 s) ends at 41.7 s: past the deadline,
+    # so it is cut although the tick that notices (45 s) comes after it ended; g2 stops at 35 s.
+    policy = make_policy(fleet={"ceiling_groups": 2, "floor_groups": 1}, drain={"timeout_s": 20})
+    trace = handmade([0, 0, 90], [500, 500, 500], [10, 830, 10])
+    r = simulate(trace, policy, Fixed(["g2"]))
+    assert r.cut.tolist() == [False, True, False]
+    assert r.group_intervals["g2"] == [(0.0, 35.0)]
+
+
+class Recorder:
+    """Records (tick time, time of the signals it was shown)."""
+
+    def __init__(self, period_s):
+        self.period_s, self.seen = period_s, []
+
+    def tick(self, now, signals, fleet):
+        self.seen.append((now, signals.at))
+        return [], []
+
+    def on_ready(self, name, startup_s):
+        pass
+
+
+@pytest.mark.parametrize("tick, scrape", [(15, 15), (60, 15), (15, 30), (15, 5)])
+def test_controllers_see_signals_one_scrape_old(tick, scrape):
+    policy = make_policy(simulation={"scrape_interval_s": scrape})
+    trace = handmade(list(range(0, 600, 7)), [100] * 86, [10] * 86)
+    rec = Recorder(tick)
+    simulate(trace, policy, rec)
+    # the first ticks (before a scrape that old exists) see the fleet as it is; every later tick
+    # sees the scrape taken exactly scrape_interval_s before it
+    late = [(now, at) for now, at in rec.seen if now - scrape >= 0]
+    assert late and all(now - at == pytest.approx(scrape) for now, at in late), rec.seen[:6]

@@ -168,7 +168,13 @@ def simulate(
     uses_signals = getattr(controller, "uses_signals", True)
     track_latency = uses_signals and getattr(controller, "uses_latency_signals", True)
     next_tick = t0
-    pending_signals: SignalSnapshot | None = None
+    # The controller at tick T sees the fleet as Prometheus scraped it at T - scrape_interval_s:
+    # one scrape per tick, taken that long before it (the first tick sees the fleet as it is).
+    lag = sim_p.scrape_interval_s
+    next_scrape = t0 + period - lag
+    while next_scrape < t0:  # scrapes before the trace saw nothing: those ticks see the fleet as it is
+        next_scrape += period
+    scrapes: deque[SignalSnapshot] = deque()
     next_ready = math.inf
     tick_rows: list[tuple[float, float, int, int, int]] = []
     drain_policy = policy.drain
@@ -287,16 +293,16 @@ def simulate(
         return fleet_now  # type: ignore[return-value]
 
     def do_tick(now: float) -> None:
-        nonlocal pending_signals, scale_downs
+        nonlocal scale_downs
         if now >= next_ready:
             promote(now)
+        seen = None
         if uses_signals:
-            current = snapshot(now)
-            seen = pending_signals if pending_signals is not None else current
-            pending_signals = current
-            demand = current.fleet.running + current.fleet.queued  # type: ignore[operator]
-        else:
-            seen, demand = None, demand_only(now)
+            due = now - lag + 1e-9
+            while len(scrapes) > 1 and scrapes[1].at <= due:
+                scrapes.popleft()
+            seen = scrapes[0] if scrapes and scrapes[0].at <= due else snapshot(now)
+        demand = demand_only(now)
         starts, drains = controller.tick(now, seen, fleet_state())  # type: ignore[arg-type]
         for name in starts:
             start_group(by_name[name], now)
@@ -315,15 +321,18 @@ def simulate(
                 if g.phase is STARTING:
                     starting += 1
                 continue
-            g.settle(now)
+            deadline = g.drain_deadline
+            # At the deadline, what has not finished by then is cut (or kept serving): settle only
+            # up to the deadline, since the tick may come after it.
+            g.settle(min(now, deadline))
             if not g.inflight:
                 stop(g, now)
-            elif now >= g.drain_deadline:
+            elif now >= deadline:
                 if drain_policy.on_timeout is OnDrainTimeout.STOP:
                     for _, _, idx in g.inflight:
                         cut[idx] = True
                     g.inflight, g.ctx_tokens = [], 0
-                    stop(g, g.drain_deadline)
+                    stop(g, deadline)
                 else:
                     g.phase, g.drain_deadline = READY, math.inf
                     serving.append(g)
@@ -336,9 +345,13 @@ def simulate(
     report_every = max(1, n // 100)
     for i in range(n):
         a = t_arr[i]
-        while a >= next_tick:
-            do_tick(next_tick)
-            next_tick += period
+        while a >= next_tick or (uses_signals and a >= next_scrape):
+            if uses_signals and next_scrape < next_tick:  # at equal times the tick goes first
+                scrapes.append(snapshot(next_scrape))
+                next_scrape += period
+            else:
+                do_tick(next_tick)
+                next_tick += period
         if a >= next_ready:
             promote(a)
         if progress is not None and i % report_every == 0:
@@ -428,8 +441,12 @@ def simulate(
             session_at[sessions[i]] = (chosen.idx, chosen.epoch, tokens)
 
     while next_tick <= span1:
-        do_tick(next_tick)
-        next_tick += period
+        if uses_signals and next_scrape < next_tick:
+            scrapes.append(snapshot(next_scrape))
+            next_scrape += period
+        else:
+            do_tick(next_tick)
+            next_tick += period
 
     intervals: dict[str, list[tuple[float, float]]] = {}
     for g in groups:
