@@ -270,7 +270,8 @@ def test_schedule_floor_raises_the_floor_in_its_window():
         Action.SCALE_UP, Reason.BELOW_FLOOR, 2, "window business"
     )
     sunday = datetime(2026, 1, 4, 9, 0, tzinfo=timezone.utc).timestamp()
-    d, _ = decide(signals(at=sunday, g1=(0, 0, 0.1)), fleet("ready", "off", "off"), policy, Memory(), sunday)
+    d, _ = decide(signals(at=sunday, g1=(0, 0, 0.1)), fleet("ready", "off", "off", since=sunday - 7200), policy,
+                  Memory(), sunday)
     assert (d.action, d.reason) == (Action.HOLD, Reason.AT_FLOOR)
 
 
@@ -453,3 +454,72 @@ def test_forecast_blocks_a_scale_down_before_a_known_rise():
     d, _ = decide(signals(**LOW3), fleet("ready", "ready", "ready"), policy, mem, T0)
     assert (d.action, d.reason) == (Action.HOLD, Reason.STEADY)
     assert d.inputs["forecast_peak"] == 8.0
+
+
+# ------------------------------------------------------------------- review: invariants under load
+BUSY3 = dict(g1=(6, 4, 0.9), g2=(6, 4, 0.9), g3=(6, 4, 0.9))  # demand 30: wants every group there is
+
+
+def test_a_cap_is_enforced_under_heavy_load():
+    policy = make_policy(schedules={"windows": [{**BUSINESS, "ceiling_groups": 2}]})
+    d, _ = decide(signals(**BUSY3), fleet("ready", "ready", "ready"), policy, Memory(), T0)
+    assert (d.action, d.reason, d.target_groups) == (Action.SCALE_DOWN, Reason.ABOVE_CEILING, 2)
+
+
+def test_a_pin_is_enforced_under_heavy_load_and_with_signals_missing():
+    policy = make_policy(schedules={"pin": {"groups": 1, "until": "2030-01-01T00:00:00Z"}})
+    d, _ = decide(signals(**BUSY3), fleet("ready", "ready", "ready"), policy, Memory(), T0)
+    assert (d.action, d.reason) == (Action.SCALE_DOWN, Reason.PIN)
+    outage = (Problem("running", None, "unreachable", "connection refused"),)
+    d, _ = decide(signals(problems=outage), fleet("ready", "ready", "ready"), policy, Memory(), T0)
+    assert (d.action, d.reason, d.group) == (Action.SCALE_DOWN, Reason.PIN, "g3")  # no KV known: policy order
+
+
+def test_a_cap_wins_over_a_freeze_window():
+    policy = make_policy(schedules={"windows": [{**BUSINESS, "ceiling_groups": 2}],
+                                    "freezes": [{"name": "release", "days": ["mon"], "start": "08:00", "end": "10:00"}]})
+    d, _ = decide(signals(**LOW3), fleet("ready", "ready", "ready"), policy, Memory(), T0)
+    assert (d.action, d.reason) == (Action.SCALE_DOWN, Reason.ABOVE_CEILING)
+    assert "freeze window release" in d.detail
+
+
+def test_demand_above_the_ceiling_breaks_the_continuous_surplus_window():
+    # Surplus since 290 s; one busy tick at the ceiling; low again 15 s later: the window restarts.
+    d, mem = decide(signals(**BUSY3), fleet("ready", "ready", "ready"), P, Memory(surplus_since=T0 - 290), T0)
+    assert d.reason is Reason.AT_CEILING and mem.surplus_since is None
+    d, mem = decide(signals(at=T0 + 15, **LOW3), fleet("ready", "ready", "ready"), P, mem, T0 + 15)
+    assert d.reason is Reason.STABILIZING and mem.surplus_since == T0 + 15
+
+
+def test_one_unknown_group_does_not_blind_a_scale_up():
+    # g1 reports 6 running + 20 queued; g2's values are missing. What g1 carries alone needs
+    # ceil(26 / 4.2) = 7 groups -> start g3 now (ceiling 3); no scale-down on the same data.
+    problem = Problem("running", "g2", "absent", "no series")
+    snap = signals(problems=(problem,), g1=(6, 20, 0.9), g2=(None, None, None))
+    d, _ = decide(snap, fleet("ready", "ready", "off"), P, Memory(), T0)
+    assert (d.action, d.reason, d.groups) == (Action.SCALE_UP, Reason.UTILIZATION_HIGH, ("g3",))
+    assert "at least: g2 unknown" in d.detail
+
+
+def test_a_group_ready_after_the_scrape_is_capacity_not_a_problem():
+    # g3 became ready 5 s after the signals were scraped: it has no series yet. That is not a
+    # signal problem; demand comes from g1 and g2.
+    ready_later = {"g3": T0 + 5}
+    snap = signals(at=T0, g1=(3, 0, 0.5), g2=(3, 0, 0.5))
+    d, _ = decide(snap, fleet("ready", "ready", "ready", sinces=ready_later), P, Memory(), T0 + 15)
+    assert d.reason not in (Reason.SIGNAL_UNAVAILABLE, Reason.SIGNAL_STALE, Reason.SIGNAL_INVALID), d.detail
+    assert d.inputs["demand"] == 6
+
+
+def test_no_ready_group_means_unknown_demand_not_zero():
+    d, mem = decide(signals(), fleet("starting", "off", "off"), P, Memory(), T0)
+    assert (d.action, d.reason) == (Action.HOLD, Reason.ACTION_IN_FLIGHT)
+    assert d.inputs["demand"] is None and mem.demand_samples == ()
+
+
+def test_floor_over_cap_is_said_when_scaling_up_to_the_floor():
+    policy = make_policy(fleet={"floor_groups": 2}, schedules={"windows": [{**BUSINESS, "ceiling_groups": 1}]})
+    d, _ = decide(signals(g1=(0, 0, 0.1)), fleet("ready", "off", "off"), policy, Memory(), T0)
+    assert (d.action, d.reason, d.target_groups) == (Action.SCALE_UP, Reason.BELOW_FLOOR, 2)
+    assert d.inputs["floor_over_cap"] is True and "cap of 1" in d.detail
+

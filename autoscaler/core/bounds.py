@@ -88,7 +88,9 @@ def _bounds_at(policy: Policy, now: float) -> Bounds:
             if w.ceiling_groups is not None and w.ceiling_groups < ceiling:
                 ceiling, ceiling_src = w.ceiling_groups, f"window {w.name}"
     if ceiling < floor:
-        return Bounds(floor, floor, floor_src, floor_src, floor_over_cap=True)
+        # The floor wins; the ceiling's source still names the cap it overruled.
+        return Bounds(floor, floor, floor_src, f"{floor_src}, over the cap of {ceiling} ({ceiling_src})",
+                      floor_over_cap=True)
     return Bounds(floor, ceiling, floor_src, ceiling_src)
 
 

@@ -94,17 +94,31 @@ class _Tick:
         self.per_group = policy.fleet.requests_per_group * scaling.target_utilization
         self.spare = scaling.spare_groups
 
+        # A group that became ready after the signals were scraped has no series yet: it is
+        # capacity, but neither its load nor its missing series say anything.
+        self.reporting = [g for g in self.ready if g.since <= signals.at]
         self.problems: list[Problem] = []
         if signals.problems:
-            ready_names = {g.name for g in self.ready}
-            self.problems = [p for p in signals.problems if p.group is None or p.group in ready_names]
-        loads = [signals.groups.get(g.name, _NO_SIGNALS) for g in self.ready]
+            names = {g.name for g in self.reporting}
+            self.problems = [p for p in signals.problems if p.group is None or p.group in names]
+        loads = [signals.groups.get(g.name, _NO_SIGNALS) for g in self.reporting]
         running = [s.running for s in loads]
         queued = [s.queued for s in loads]
-        known = None not in running and None not in queued and not self._problem_in(_DEMAND_SIGNALS)
+        known = bool(loads) and None not in running and None not in queued and not self._problem_in(_DEMAND_SIGNALS)
         self.running = sum(running) if known else None  # type: ignore[arg-type]
         self.queued = sum(queued) if known else None  # type: ignore[arg-type]
         self.demand = None if self.running is None else self.running + self.queued  # type: ignore[operator]
+        # For scale-ups only: what the groups that did report carry (a lower bound of the demand).
+        self.demand_floor: float | None = self.demand
+        self.unknown: list[str] = []
+        if self.demand is None and loads:
+            bad = {p.group for p in self.problems if p.signal in _DEMAND_SIGNALS}
+            part = [(g.name, s) for g, s in zip(self.reporting, loads)
+                    if s.running is not None and s.queued is not None and g.name not in bad and None not in bad]
+            self.unknown = [g.name for g in self.reporting if g.name not in {n for n, _ in part}]
+            if part:
+                self.demand_floor = sum(s.running + s.queued for _, s in part)  # type: ignore[operator]
+                self.queued_floor = sum(s.queued for _, s in part)  # type: ignore[misc]
 
         if memory.disruptions and now - memory.disruptions[0] >= HOUR_S:
             memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
@@ -150,6 +164,7 @@ class _Tick:
             "lead_time_s": lead,
             "lead_time_source": lead_src,
             "problems": [p.to_dict() for p in self.problems],
+            "floor_over_cap": self.bounds.floor_over_cap,
         }
         out.update(extra)
         return out
@@ -160,7 +175,7 @@ def decide(
 ) -> tuple[Decision, Memory]:
     """One decision and the memory to pass to the next tick."""
     t = _Tick(signals, fleet, policy, memory, now)
-    for rule in (_unsynced, _below_floor, _scale_up, _signal_problem, _above_ceiling, _scale_down):
+    for rule in (_unsynced, _below_floor, _above_ceiling, _scale_up, _signal_problem, _scale_down):
         result = rule(t)
         if result is not None:
             return result
@@ -175,7 +190,8 @@ def _hold(t: _Tick, reason: Reason, detail: str, memory: Memory | None = None, *
 def _start(t: _Tick, count: int, reason: Reason, detail: str, forecast_used: bool = False, **extra: Any):
     names = groups_to_start(t.fleet, count)
     if not names:
-        return _hold(t, Reason.NO_GROUP_AVAILABLE, f"{detail}; but no group is off or draining to start")
+        return _hold(t, Reason.NO_GROUP_AVAILABLE, f"{detail}; but no group is off or draining to start",
+                     _no_surplus(t.memory))
     reclaimed = [n for n in names if t.fleet.groups[n].phase is Phase.DRAINING]
     how = ", ".join(f"{n} (back from draining)" if n in reclaimed else n for n in names)
     target = t.active + len(names)
@@ -222,8 +238,10 @@ def _below_floor(t: _Tick):
     if t.active >= t.bounds.floor:
         return None
     reason = Reason.PIN if t.bounds.pinned else Reason.BELOW_FLOOR
+    over_cap = f"; the floor wins over a lower cap ({t.bounds.ceiling_source})" if t.bounds.floor_over_cap else ""
     return _start(
-        t, t.bounds.floor - t.active, reason, f"{t.active} active groups < floor {t.bounds.floor} ({t.bounds.floor_source})"
+        t, t.bounds.floor - t.active, reason,
+        f"{t.active} active groups < floor {t.bounds.floor} ({t.bounds.floor_source}){over_cap}",
     )
 
 
@@ -232,16 +250,23 @@ def _scale_up(t: _Tick):
     wants: list[tuple[int, Reason, str, bool]] = []  # (groups wanted, reason, detail, on forecast)
     ready = len(t.ready)
     if t.demand is not None:
-        need = groups_needed(t.demand, t.per_group) + t.spare
+        demand, queued, of = t.demand, t.queued, f"running {_fmt(t.running)} + queued {_fmt(t.queued)}"
+    elif t.demand_floor is not None:  # some groups unknown: what the others carry is a lower bound
+        demand, queued = t.demand_floor, t.queued_floor
+        of = f"at least: {', '.join(t.unknown)} unknown"
+    else:
+        demand = queued = None
+    if demand is not None:
+        need = groups_needed(demand, t.per_group) + t.spare
         if up.on_utilization and need > t.active:
             # 11 requests / (6 x 0.7 = 4.2 per group) -> 3 groups
             wants.append((need, Reason.UTILIZATION_HIGH,
-                          f"demand {_fmt(t.demand)} (running {_fmt(t.running)} + queued {_fmt(t.queued)}) "
+                          f"demand {_fmt(demand)} ({of}) "
                           f"> {t.active} groups x {_fmt(t.per_group)} = {_fmt(t.active * t.per_group)}; "
                           f"needs {need}" + (f" incl. {t.spare} spare" if t.spare else ""), False))
-        if up.queued_per_group_above is not None and ready and t.queued / ready > up.queued_per_group_above:
+        if up.queued_per_group_above is not None and ready and queued / ready > up.queued_per_group_above:
             wants.append((ready + 1, Reason.QUEUE_HIGH,
-                          f"queued {_fmt(t.queued)} over {ready} ready groups = {_fmt(t.queued / ready)} per group "
+                          f"queued {_fmt(queued)} over {ready} ready groups = {_fmt(queued / ready)} per group "
                           f"> {_fmt(up.queued_per_group_above)}", False))
         if t.fc is not None and t.fc.basis != "current":
             need_fc = groups_needed(t.fc.peak, t.per_group) + t.spare
@@ -275,21 +300,28 @@ def _scale_up(t: _Tick):
     if want <= t.active:
         return None
     allowed = min(want, t.bounds.ceiling, t.active + up.max_groups_per_decision)
-    if allowed <= t.active:
+    if allowed <= t.active:  # demand wants more: no surplus, whatever the ceiling says
         if t.bounds.pinned:
             return _hold(t, Reason.PINNED, f"{detail}; but pinned at {t.bounds.ceiling} groups until "
-                         f"{policy.schedules.pin.until.isoformat()}")  # type: ignore[union-attr]
+                         f"{policy.schedules.pin.until.isoformat()}", _no_surplus(t.memory))  # type: ignore[union-attr]
+        if t.bounds.floor_over_cap:
+            return _hold(t, Reason.FLOOR_OVER_CAP, f"{detail}; but held at the floor {t.bounds.floor} "
+                         f"({t.bounds.ceiling_source})", _no_surplus(t.memory))
         return _hold(t, Reason.AT_CEILING, f"{detail}; but already at ceiling {t.bounds.ceiling} "
-                     f"({t.bounds.ceiling_source})")
+                     f"({t.bounds.ceiling_source})", _no_surplus(t.memory))
     if allowed < want:
         detail += f" (limited to {allowed}: ceiling {t.bounds.ceiling}, at most +{up.max_groups_per_decision} per decision)"
     return _start(t, allowed - t.active, reason, detail, forecast_used=on_forecast)
 
 
 def _signal_problem(t: _Tick):
+    if not t.reporting:  # nothing serves yet, or only groups too new to have been scraped
+        waiting = ", ".join(f"{g.name} {g.phase}" for g in t.starting + t.ready) or "nothing"
+        return _hold(t, Reason.ACTION_IN_FLIGHT, f"no ready group has been scraped yet ({waiting}); holding at "
+                     f"{t.active} groups", _no_surplus(t.memory))
     problem = t._problem_in(_SCALE_DOWN_SIGNALS)
     if problem is None and t.demand is None:
-        missing = next(g.name for g in t.ready if t.signals.groups.get(g.name) is None
+        missing = next(g.name for g in t.reporting if t.signals.groups.get(g.name) is None
                        or t.signals.groups[g.name].running is None or t.signals.groups[g.name].queued is None)
         problem = Problem("running", missing, "absent", "no value for a ready group")
     if problem is None:
@@ -307,14 +339,17 @@ def _signal_problem(t: _Tick):
 def _above_ceiling(t: _Tick):
     if t.active <= t.bounds.ceiling:
         return None
+    # The ceiling is an invariant: it is enforced under any load, with signals missing (the victim
+    # key falls back to the policy order) and inside a freeze window (freezes stop the scale-downs
+    # the core chooses, not the ones a cap or pin demands). One group at a time.
     reason = Reason.PIN if t.bounds.pinned else Reason.ABOVE_CEILING
     detail = f"{t.active} active groups > ceiling {t.bounds.ceiling} ({t.bounds.ceiling_source})"
     if t.starting or t.draining:
         busy = ", ".join(f"{g.name} {g.phase}" for g in t.starting + t.draining)
-        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{detail}; waiting for {busy}")
+        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{detail}; waiting for {busy}", _no_surplus(t.memory))
     freeze = active_freeze(t.policy, t.now)
     if freeze:
-        return _hold(t, Reason.FREEZE_WINDOW, f"{detail}; but freeze window {freeze} forbids scale-downs")
+        detail += f" (inside freeze window {freeze}: the ceiling wins)"
     victim = choose_victim(t.ready, t.order, dict(t.signals.groups))
     return _drain(t, victim.name, reason, detail)  # type: ignore[union-attr]
 
