@@ -7,11 +7,13 @@ action in flight give a HOLD with a reason.
 Order of the rules (the first that applies decides):
 1. fleet state unknown                      -> hold fleet_unsynced
 2. fewer active groups than the floor       -> scale_up below_floor / pin (no signals needed)
-3. demand (running + queued over ready groups) and its forecast; scale-up triggers:
-   utilisation, queue, SLO burn, forecast   -> scale_up (several groups if the gap needs it),
-                                               or hold at_ceiling / no_group_available
-4. a signal problem                         -> hold signal_* (never scale down on missing data)
-5. more active groups than the ceiling      -> scale_down above_ceiling / pin (one at a time)
+3. more active groups than the ceiling      -> scale_down above_ceiling / pin (one at a time; any
+                                               load, signals or freeze: the bounds are invariants)
+4. demand (running + queued over the ready groups that were scraped) and its forecast; scale-up
+   triggers: utilisation, queue, SLO burn, forecast (on a lower bound when some groups are unknown)
+                                            -> scale_up (several groups if the gap needs it),
+                                               or hold at_ceiling / pinned / no_group_available
+5. a signal problem                         -> hold signal_* (never scale down on missing data)
 6. surplus: the remaining groups (less spares) carry current and forecast demand under
    scale_down.utilization_below, continuously for the stabilisation window, outside the cooldown,
    outside a freeze, within the disruption budget, with a group old enough

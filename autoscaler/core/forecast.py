@@ -3,9 +3,10 @@
 Two sources, both pure functions of the memory:
 - the recent trend: a least-squares line through the demand samples of the last
   ``forecast.trend_window_s``, projected ``horizon`` seconds ahead;
-- the same time of day on earlier days: for each of the last ``forecast.seasonal_days`` days that
-  has history, how much demand rose from this 5-minute slot to the highest slot within the horizon;
-  the median rise is added to the current level.
+- the same time of day on earlier days (``forecast.seasonal_days``): with ``seasonal_statistic:
+  peak`` (the default) the ``seasonal_quantile`` across those days of their busiest 5-minute slot
+  within the horizon; with ``rise``, today's level plus that quantile of how much demand rose from
+  this slot to the busiest one within the horizon.
 The forecast peak is the highest of the current demand, the trend and the seasonal rise.
 """
 
@@ -98,7 +99,7 @@ def _slots_from(by_slot: Mapping[int, float], keep_from: int) -> dict[int, float
 class ForecastResult:
     level: float  # current demand, smoothed by the trend fit
     trend: float | None  # projected demand at now + horizon from the recent trend
-    seasonal: float | None  # current demand + the median rise on earlier days
+    seasonal: float | None  # what earlier days say of the horizon (see seasonal_statistic)
     peak: float  # the highest of the above and the current demand
     horizon_s: float
     basis: str  # which source set the peak: "current", "trend" or "seasonal"
