@@ -129,18 +129,31 @@ def test_oracle_schedule_from_demand():
     assert float(r.ttft_s.max()) == 0.0  # every request found a free slot
 
 
-def test_hpa_scales_by_ratio_and_waits_300s_to_scale_down():
-    # 13 requests of 100 s on 1 of 3 groups wanted at target 0.7: metric 13 -> desired
-    # ceil(1 x 13 / 4.2) = 4 -> 3 (ceiling). Scale-down only after the 300 s window.
+def _hpa_tick(hpa, now, phases, per_group_load):
+    from autoscaler.core.types import FleetState, GroupSignals, GroupState, Phase, SignalSnapshot
+
+    names = ("g1", "g2", "g3")
+    fleet = FleetState({n: GroupState(n, Phase(p), 0.0) for n, p in zip(names, phases)})
+    groups = {n: GroupSignals(running=min(per_group_load, 6), queued=max(per_group_load - 6, 0), kv_usage=0.1)
+              for n, p in zip(names, phases) if p == "ready"}
+    return hpa.tick(now, SignalSnapshot(now, groups, GroupSignals()), fleet)
+
+
+def test_hpa_ratio_tolerance_and_stabilisation():
     policy = make_policy()
-    t = list(np.linspace(0, 1, 13)) + [2000.0]
-    trace = handmade(t, [0] * 14, [2000] * 14)  # 100 s each
+    # Target 0.7 x 6 = 4.2 per group.
     hpa = HpaController(policy, 0.7, 0.0)
-    r = simulate(trace, policy, hpa)
-    starts = [e for e in r.events if e[2] == "drain"]
-    # All 3 groups stay while the 13 requests run (100 s), then the window (300 s, starting full at
-    # 3) must pass before the first drain: no drain before t = 300 s.
-    assert starts and min(e[0] for e in starts) >= 300.0
+    # metric 4.5: ratio 4.5 / 4.2 = 1.07, within the 10% tolerance -> nothing
+    assert _hpa_tick(hpa, 15, ("ready", "ready", "off"), 4.5) == ([], [])
+    # metric 6: ratio 1.43 -> desired ceil(2 x 1.43) = 3 -> start one group now
+    assert _hpa_tick(hpa, 30, ("ready", "ready", "off"), 6.0) == (["g3"], [])
+    hpa = HpaController(policy, 0.7, 0.0)
+    # metric 2 on 3 groups: ratio 0.48 -> desired ceil(3 x 0.48) = 2; the window starts filled with
+    # the initial 3, so no drain until 300 s have passed...
+    for now in range(15, 300, 15):
+        assert _hpa_tick(hpa, now, ("ready", "ready", "ready"), 2.0) == ([], []), now
+    # ...then one group drains (the least loaded; all equal -> the last in policy order)
+    assert _hpa_tick(hpa, 300, ("ready", "ready", "ready"), 2.0) == ([], ["g3"])
 
 
 def test_hpa_frontier_interpolation():
