@@ -8,8 +8,6 @@ import time
 from pathlib import Path
 
 from autoscaler.errors import BadInput, RuntimeFailure
-from autoscaler.ledger.report import BY, FORMATS, build_report, parse_when, render, zone
-from autoscaler.ledger.store import Ledger
 from autoscaler.settings import load_settings
 
 SOURCES = ("live", "simulation", "all")
@@ -31,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
+    from autoscaler.ledger.report import BY, FORMATS, build_report, parse_when, render, zone
+    from autoscaler.ledger.store import Ledger
     if args.format not in FORMATS:
         raise BadInput(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
     if args.by not in BY:

@@ -12,7 +12,6 @@ import argparse
 import sys
 from typing import TextIO
 
-from autoscaler.adapters.prometheus import is_unreachable, plan_queries, read_signals
 from autoscaler.cli.common import print_json
 from autoscaler.core.types import SignalSnapshot
 from autoscaler.errors import BadInput
@@ -49,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
+    from autoscaler.adapters.prometheus import is_unreachable, plan_queries, read_signals
     loaded = load_policy(args.policy)
     policy = loaded.policy
     if args.show_queries:

@@ -7,8 +7,6 @@ import sys
 
 from autoscaler.cli.common import check_range, print_json, time_arg
 from autoscaler.errors import BadInput
-from autoscaler.ledger.store import Ledger
-from autoscaler.ledger.why import render_at, render_range, why_at, why_range
 from autoscaler.settings import load_settings
 
 SOURCES = ("live", "simulation", "all")
@@ -29,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
+    from autoscaler.ledger.store import Ledger
+    from autoscaler.ledger.why import render_at, render_range, why_at, why_range
     if args.source not in SOURCES:
         raise BadInput(f"--source: {args.source!r} is not one of {', '.join(SOURCES)}")
     ranged = args.start is not None or args.end is not None
