@@ -17,7 +17,7 @@ import numpy as np
 from autoscaler.policy.model import Policy
 from autoscaler.sim.controllers import CoreController, HpaController, OracleController, StaticController
 from autoscaler.sim.engine import SimResult, simulate
-from autoscaler.sim.loadscale import scale_trace
+from autoscaler.sim.loadscale import scale_for_policy
 from autoscaler.sim.traces import Trace, load_trace
 
 HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -101,14 +101,7 @@ def hpa_frontier_node_hours(ours_slo: float, sweep: list[dict[str, Any]]) -> flo
 def prepare_trace(path: str, fmt: str, policy: Policy, peak_utilization: float, seed: int,
                   start_at=None, skip_bad_rows: bool = False) -> tuple[Trace, float, dict[str, Any]]:
     src = load_trace(path, fmt, start_at=start_at, skip_bad_rows=skip_bad_rows)
-    trace, factor = scale_trace(
-        src,
-        peak_utilization=peak_utilization,
-        capacity_slots=policy.fleet.ceiling_groups * policy.fleet.requests_per_group,
-        prefill_tokens_per_s=policy.simulation.prefill_tokens_per_s,
-        decode_tokens_per_s=policy.simulation.decode_tokens_per_s,
-        seed=seed,
-    )
+    trace, factor = scale_for_policy(src, policy, peak_utilization, seed)
     info = {
         "format": src.format,
         "requests_read": src.requests_read,

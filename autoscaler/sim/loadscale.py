@@ -156,6 +156,18 @@ def scale_trace(
     return _scale_requests(src, target, prefill_tokens_per_s, decode_tokens_per_s, seed)
 
 
+def scale_for_policy(src: Trace | RateTrace, policy, peak_utilization: float, seed: int = 0) -> tuple[Trace, float]:
+    """``scale_trace`` with the fleet and the speeds a policy gives (ceiling x requests per group slots)."""
+    return scale_trace(
+        src,
+        peak_utilization=peak_utilization,
+        capacity_slots=policy.fleet.ceiling_groups * policy.fleet.requests_per_group,
+        prefill_tokens_per_s=policy.simulation.prefill_tokens_per_s,
+        decode_tokens_per_s=policy.simulation.decode_tokens_per_s,
+        seed=seed,
+    )
+
+
 def _scale_requests(src: Trace, target: float, prefill: float, decode: float, seed: int) -> tuple[Trace, float]:
     ms = float(service_times_s(src.input_tokens, src.output_tokens, prefill, decode).mean())
     if ms <= 0:

@@ -47,7 +47,7 @@ import numpy as np
 from autoscaler.adapters.prometheus import PrometheusError, query_range_split
 from autoscaler.errors import BadInput
 from autoscaler.policy.model import Policy, Signals
-from autoscaler.sim.loadscale import length_table, scale_trace
+from autoscaler.sim.loadscale import length_table, scale_for_policy
 from autoscaler.sim.traces import Trace
 
 log = logging.getLogger(__name__)
@@ -324,14 +324,7 @@ def prepare_prometheus_trace(
     info["selector"] = selector
     factor = 1.0
     if peak_utilization is not None:
-        trace, factor = scale_trace(
-            trace,
-            peak_utilization=peak_utilization,
-            capacity_slots=policy.fleet.ceiling_groups * policy.fleet.requests_per_group,
-            prefill_tokens_per_s=policy.simulation.prefill_tokens_per_s,
-            decode_tokens_per_s=policy.simulation.decode_tokens_per_s,
-            seed=seed,
-        )
+        trace, factor = scale_for_policy(trace, policy, peak_utilization, seed)
     return trace, factor, info
 
 
