@@ -13,7 +13,7 @@ import pytest
 from autoscaler.core import Action, Memory, Reason
 from autoscaler.core.decide import groups_needed
 from autoscaler.core.forecast import lead_time_s, p95, record_startup
-from autoscaler.core.types import HOLD_REASONS, Problem
+from autoscaler.core.types import Problem
 
 from core_helpers import T0, decide, fleet, make_policy, signals
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import math
 import random
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from autoscaler.errors import RuntimeFailure
-from autoscaler.ledger.store import GroupEvent, Ledger, NodeInterval
+from autoscaler.ledger.store import Ledger
 from tests.support.ledger_runs import (
     H,
     T0,

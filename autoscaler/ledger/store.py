@@ -107,6 +107,24 @@ class NodeInterval:
     def for_group(nodes: Iterable[str], group: str, state: str, start: float, end: float | None) -> list[NodeInterval]:
         return [NodeInterval(n, group, state, start, end) for n in nodes]
 
+    @staticmethod
+    def for_schedule(
+        nodes: Sequence[str], group: str, on: Iterable[tuple[float, float]], start: float, end: float,
+        off_state: str = "off",
+    ) -> list[NodeInterval]:
+        """A group's nodes over [start, end]: ``active`` in each (sorted, disjoint) ``on`` span,
+        ``off_state`` in the gaps between them."""
+        out: list[NodeInterval] = []
+        cursor = start
+        for a, b in on:
+            if a > cursor:
+                out += NodeInterval.for_group(nodes, group, off_state, cursor, a)
+            out += NodeInterval.for_group(nodes, group, "active", a, b)
+            cursor = b
+        if cursor < end:
+            out += NodeInterval.for_group(nodes, group, off_state, cursor, end)
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class GroupEvent:

@@ -43,14 +43,8 @@ def export_backtest(db_url: str, loaded: LoadedPolicy, trace: Trace, run, label:
     nodes = {g.name: [n.name for n in g.nodes] for g in policy.fleet.groups}
     intervals: list[NodeInterval] = []
     for group, ups in result.group_intervals.items():
-        cursor = span0
-        for s, e in ups:
-            if s > cursor:
-                intervals += NodeInterval.for_group(nodes[group], group, "off", epoch + cursor, epoch + s)
-            intervals += NodeInterval.for_group(nodes[group], group, "active", epoch + s, epoch + e)
-            cursor = e
-        if cursor < span1:
-            intervals += NodeInterval.for_group(nodes[group], group, "off", epoch + cursor, epoch + span1)
+        on = [(epoch + s, epoch + e) for s, e in ups]
+        intervals += NodeInterval.for_schedule(nodes[group], group, on, epoch + span0, epoch + span1)
 
     # Tokens served, per hour of arrival (for cost per million tokens).
     hours = np.floor((trace.t_s - span0) / 3600.0).astype(np.int64)

@@ -227,12 +227,6 @@ def backtest_schedule(start: float = T0, days: int = 14, tick_s: float = 15.0) -
     intervals: list[NodeInterval] = []
     end = days * 86400.0
     for group, spans in on.items():
-        cursor = 0.0
-        for a, b in spans:
-            if a > cursor:
-                intervals += NodeInterval.for_group(NODES[group], group, "off", start + cursor, start + a)
-            intervals += NodeInterval.for_group(NODES[group], group, "active", start + a, start + b)
-            cursor = b
-        if cursor < end:
-            intervals += NodeInterval.for_group(NODES[group], group, "off", start + cursor, start + end)
+        intervals += NodeInterval.for_schedule(NODES[group], group, [(start + a, start + b) for a, b in spans],
+                                               start, start + end)
     return Story(decisions, events, intervals, start, start + end)
