@@ -50,7 +50,7 @@ def test_first_use_creates_the_schema_and_says_so(tmp_path, caplog):
     url = f"sqlite:///{tmp_path / 'new.db'}"
     with caplog.at_level("WARNING", logger="autoscaler.ledger"):
         Ledger(url).close()
-    assert "has no ledger tables yet; creating them (schema revision 0001)" in caplog.text
+    assert f"has no ledger tables yet; creating them (schema revision {code_head()})" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="autoscaler.ledger"):
         Ledger(url).close()
@@ -63,7 +63,7 @@ def test_a_database_newer_than_the_code_is_refused_naming_its_revision(db_url, c
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
     engine.dispose()
-    with pytest.raises(RuntimeFailure, match=r"schema revision 0099, which this autoscaler does not know \(its newest is 0001\)"):
+    with pytest.raises(RuntimeFailure, match=rf"schema revision 0099, which this autoscaler does not know \(its newest is {code_head()}\)"):
         Ledger(db_url)
     # the command line: exit 1, one line on stderr
     assert main(["report", "--db", db_url, "--from", "2026-01-05", "--to", "2026-01-06"]) == 1

@@ -40,12 +40,21 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SOURCES = ("live", "simulation")
+SOURCES = ("live", "advisory", "simulation")
 ACTIONS = ("hold", "scale_up", "scale_down")
 NODE_STATES = ("active", "idle", "off")
 # A group's lifecycle events. drain_cancelled: the core wanted the draining group back (a scale-up
 # reclaimed it, or the re-check before the stop said it is no longer surplus).
-GROUP_EVENTS = ("started", "ready", "drain_started", "drain_cancelled", "drained", "stopped", "failed")
+# The live side adds: registering (added to the gateway, waiting for it to list the worker healthy),
+# stopping (the stop command issued), cordoned/uncordoned (kept out of service / returned), reregistered
+# (a restarted gateway got a ready group back), adopted/removed (a worker the records said was off).
+GROUP_EVENTS = (
+    "started", "registering", "ready", "drain_started", "drain_cancelled", "drained", "stopping", "stopped",
+    "failed", "cordoned", "uncordoned", "reregistered", "adopted", "removed",
+)  # fmt: skip
+LIVE_PHASES = ("off", "starting", "registering", "ready", "draining", "stopping", "failed")
+CONTROL_KINDS = ("pin", "unpin", "pause", "resume", "cordon", "uncordon")
+ACTION_OUTCOMES = ("ok", "failed", "abandoned")
 
 # SQLite has 64-bit rowids only for "INTEGER PRIMARY KEY"; BIGINT there would not autoincrement.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -116,6 +125,7 @@ class Run(Base):
     policy_sha256: Mapped[str] = mapped_column(String(64), ForeignKey("policy_versions.sha256"))
     created_at: Mapped[float] = mapped_column(EpochTime)  # wall clock when the run was recorded
     end_note: Mapped[str | None] = mapped_column(String(200))
+    instance: Mapped[str | None] = mapped_column(String(200))  # the controller instance of a live/advisory run
 
 
 class PolicyLoad(Base):
@@ -162,6 +172,7 @@ class DecisionRow(Base):
     inputs: Mapped[dict] = mapped_column(JSON)
     forecast_used: Mapped[bool] = mapped_column(Boolean)
     policy_sha256: Mapped[str] = mapped_column(String(64))
+    epoch: Mapped[int | None] = mapped_column(Integer)  # the leader's epoch (live runs)
 
 
 class DecisionSummary(Base):
@@ -194,6 +205,7 @@ class GroupEventRow(Base):
     event: Mapped[str] = mapped_column(String(16))
     decision_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("decisions.id"))
     detail: Mapped[str] = mapped_column(Text, default="")
+    epoch: Mapped[int | None] = mapped_column(Integer)  # the leader's epoch (live runs)
 
 
 class NodeIntervalRow(Base):
@@ -225,3 +237,89 @@ class TokenCountRow(Base):
     end_at: Mapped[float] = mapped_column(EpochTime)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     generation_tokens: Mapped[int] = mapped_column(BigInteger)
+
+
+# ---------------------------------------------------------------------------- the live side
+
+
+class ActionRow(Base):
+    """The executor's journal: one side effect (start a node, register, deregister, stop, ...).
+
+    The intent is written before the act (``outcome`` NULL) and the result after it; a controller
+    that finds an intent without a result after a restart finishes or undoes that step.
+    """
+
+    __tablename__ = "actions"
+    __table_args__ = (
+        CheckConstraint("outcome IS NULL OR " + _in("outcome", ACTION_OUTCOMES), name="outcome"),
+        Index("ix_actions_group_name_intent_at", "group_name", "intent_at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+    epoch: Mapped[int] = mapped_column(Integer)
+    group_name: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(32))
+    intent_at: Mapped[float] = mapped_column(EpochTime)
+    result_at: Mapped[float | None] = mapped_column(EpochTime)
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    output_tail: Mapped[str | None] = mapped_column(Text)
+
+
+class FleetGroupRow(Base):
+    """A group's live state as the executor last recorded it (one row per group name)."""
+
+    __tablename__ = "fleet_groups"
+    __table_args__ = (CheckConstraint(_in("phase", LIVE_PHASES), name="phase"),)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    since: Mapped[float] = mapped_column(EpochTime)
+    worker_url: Mapped[str | None] = mapped_column(String(500))
+    worker_id: Mapped[str | None] = mapped_column(String(64))  # the gateway's id while registered
+    attempts: Mapped[int] = mapped_column(Integer)  # failed starts in a row
+    retry_at: Mapped[float | None] = mapped_column(EpochTime)  # no new start before this (backoff)
+    cordoned: Mapped[bool] = mapped_column(Boolean)
+    cause: Mapped[str | None] = mapped_column(Text)  # why it failed or is cordoned
+    health_failures: Mapped[int] = mapped_column(Integer)  # failed health ticks in a row while ready
+    start_began_at: Mapped[float | None] = mapped_column(EpochTime)
+    removed_at: Mapped[float | None] = mapped_column(EpochTime)  # when a drain removed it from the gateway
+    epoch: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(EpochTime)
+
+
+class ControllerStateRow(Base):
+    """Small JSON documents the controller keeps across restarts: the core's memory, the shadow fleet."""
+
+    __tablename__ = "controller_state"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict] = mapped_column(JSON)
+    epoch: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(EpochTime)
+
+
+class LeaseRow(Base):
+    """Leadership: the instance that may act, until ``expires_at``; ``epoch`` +1 at every takeover."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(200))
+    epoch: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[float | None] = mapped_column(EpochTime)
+    renewed_at: Mapped[float | None] = mapped_column(EpochTime)
+    expires_at: Mapped[float | None] = mapped_column(EpochTime)
+
+
+class OperatorControlRow(Base):
+    """An operator's command (pin, unpin, pause, resume, cordon, uncordon) with who and why."""
+
+    __tablename__ = "operator_controls"
+    __table_args__ = (CheckConstraint(_in("kind", CONTROL_KINDS), name="kind"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(EpochTime, index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    group_name: Mapped[str | None] = mapped_column(String(64))
+    groups: Mapped[int | None] = mapped_column(Integer)
+    until: Mapped[float | None] = mapped_column(EpochTime)
+    by_user: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(Text)
