@@ -45,10 +45,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
+import httpx
 
 from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot
 from autoscaler.errors import BadInput, RuntimeFailure
@@ -66,7 +63,6 @@ _BUCKET_METRIC = re.compile(r"\{prefix\}([A-Za-z0-9_:]+)_bucket\b")
 _SELECTOR = re.compile(r"\{prefix\}([A-Za-z0-9_:]+)(\{)?")
 # {label} inside a grouping list, with the comma that joins it to its neighbour.
 _LABEL_IN_LIST = re.compile(r"\{label\}\s*,\s*|\s*,\s*\{label\}|\{label\}")
-_HTTP_STATUS = re.compile(r"^HTTP Status Code (\d+) \((.*)\)$", re.DOTALL)
 
 
 class PrometheusError(RuntimeFailure):
@@ -169,18 +165,101 @@ def _check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def _client(url: str, timeout_s: float, pool_size: int) -> PrometheusConnect:
-    """A PrometheusConnect that never retries and gives up after ``timeout_s`` per request.
+class PrometheusClient:
+    """One Prometheus HTTP API client for a whole run: one connection pool and one thread pool,
+    made once (a tick does not build a session or threads). No retries: a tick cannot wait for
+    them, and the next tick tries again anyway. Every failure comes out typed (``_Answer.kind``
+    or ``PrometheusError``) with the server's own error text from its JSON body."""
 
-    The client's default retries (3, backoff 1 s) take ~6 s against a dead server; a tick cannot
-    wait that long, and the next tick tries again anyway."""
-    no_retry = Retry(total=0, read=False)
-    session = requests.Session()
-    prom = PrometheusConnect(url=url, retry=no_retry, session=session, timeout=timeout_s)
-    # PrometheusConnect mounts an adapter with the default pool of 10 connections; our queries
-    # run concurrently, so give each its own connection (else urllib3 discards and warns).
-    session.mount(url, HTTPAdapter(max_retries=no_retry, pool_connections=1, pool_maxsize=pool_size))
-    return prom
+    def __init__(self, url: str, *, timeout_s: float = 3.0, max_concurrency: int = 24) -> None:
+        self.url = _check_url(url)
+        self.timeout_s = timeout_s
+        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
+        self._http = httpx.Client(timeout=timeout_s, limits=limits, trust_env=False)
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="prometheus-query")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._http.close()
+
+    def __enter__(self) -> PrometheusClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _get(self, path: str, params: Mapping[str, str], timeout_s: float) -> Any:
+        """GET an API path; returns ``data`` of a success answer. Raises PrometheusError."""
+        url = self.url + path
+        try:
+            response = self._http.get(url, params=params, timeout=timeout_s)
+        except httpx.ConnectTimeout as exc:
+            raise PrometheusError("unreachable", f"no connection within {timeout_s:g} s to {self.url}") from exc
+        except httpx.TimeoutException as exc:
+            raise PrometheusError("unreachable", f"no answer within {timeout_s:g} s from {self.url}") from exc
+        except httpx.ConnectError as exc:
+            raise PrometheusError("unreachable", f"{_connection_detail(exc)} at {self.url}") from exc
+        except httpx.HTTPError as exc:
+            raise PrometheusError("unreachable", f"{type(exc).__name__} at {self.url}: {exc}") from exc
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if response.status_code != 200:
+            if isinstance(payload, dict) and "error" in payload:
+                message = f"{payload.get('errorType', 'error')}: {payload['error']}"
+            else:
+                message = response.text.strip()[:200]
+            raise PrometheusError("http_error", f"HTTP {response.status_code}: {message}")
+        if not isinstance(payload, dict) or payload.get("status") != "success" or "data" not in payload:
+            raise PrometheusError("http_error", f"not a Prometheus API answer from {self.url}")
+        return payload["data"]
+
+    def query(self, promql: str, at: float, timeout_s: float | None = None) -> _Answer:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        # Prometheus's own timeout too, so a heavy query is cut server-side rather than left running.
+        params = {"query": promql, "time": f"{at:.3f}", "timeout": f"{timeout_s:g}s"}
+        try:
+            data = self._get("/api/v1/query", params, timeout_s)
+        except PrometheusError as exc:
+            return _Answer(kind=exc.kind, detail=exc.detail)
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(result, list) \
+                or any(not isinstance(s, dict) for s in result):
+            return _Answer(kind="http_error", detail="the answer is not an instant vector (a scalar or string query?)")
+        return _Answer(series=result)
+
+    def query_range(self, promql: str, start: float, end: float, step: float, timeout_s: float) -> list[dict]:
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}",
+                  "timeout": f"{timeout_s:g}s"}
+        try:
+            data = self._get("/api/v1/query_range", params, timeout_s)
+        except PrometheusError as exc:
+            if exc.kind == "http_error":
+                raise PrometheusError("http_error", f"{exc.detail}; query: {promql}") from exc
+            raise
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list):
+            raise PrometheusError("http_error", f"not a Prometheus API answer from {self.url} (no result list)")
+        return result
+
+    def run_all(self, queries: Mapping[tuple[str, str], str], at: float, timeout_s: float) -> dict[tuple[str, str], _Answer]:
+        """Run every query at once; whatever has not answered ``timeout_s`` (+ slack) later is unreachable.
+
+        Concurrent, so a dead Prometheus costs one connection attempt (refused: milliseconds; a
+        black hole: ``timeout_s``), not one per query."""
+        futures = {self._pool.submit(self.query, q, at, timeout_s): key for key, q in queries.items()}
+        done, _ = wait(futures, timeout=timeout_s + 0.5, return_when=FIRST_EXCEPTION)
+        answers = {}
+        for future, key in futures.items():
+            if future in done and future.exception() is None:
+                answers[key] = future.result()
+            elif future in done:  # a bug in query(), not a Prometheus anomaly: let it surface
+                raise future.exception()  # type: ignore[misc]
+            else:
+                future.cancel()
+                answers[key] = _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s from {self.url}")
+        return answers
 
 
 @dataclass(frozen=True)
@@ -190,78 +269,12 @@ class _Answer:
     detail: str = ""
 
 
-def _http_error_detail(exc: PrometheusApiClientException) -> str:
-    """``HTTP Status Code 400 (b'{"status":"error",...,"error":"..."}')`` -> ``HTTP 400: ...``."""
-    match = _HTTP_STATUS.match(str(exc))
-    if not match:
-        return str(exc)
-    status, body = match.groups()
-    try:
-        raw = ast.literal_eval(body)
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    except (ValueError, SyntaxError):
-        text = body
-    try:
-        payload = json.loads(text)
-        message = f"{payload.get('errorType', 'error')}: {payload.get('error', text)}"
-    except (ValueError, AttributeError):
-        message = text.strip()[:200]
-    return f"HTTP {status}: {message}"
-
-
-def _query(prom: PrometheusConnect, promql: str, at: float, timeout_s: float) -> _Answer:
-    # Prometheus's own timeout too, so a heavy query is cut server-side rather than left running.
-    params = {"time": f"{at:.3f}", "timeout": f"{timeout_s:g}s"}
-    try:
-        result = prom.custom_query(promql, params=params)
-    except requests.exceptions.ConnectTimeout:
-        return _Answer(kind="unreachable", detail=f"no connection within {timeout_s:g} s to {prom.url}")
-    except requests.exceptions.Timeout:
-        return _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s from {prom.url}")
-    except requests.exceptions.ConnectionError as exc:
-        return _Answer(kind="unreachable", detail=f"{_connection_detail(exc)} at {prom.url}")
-    except PrometheusApiClientException as exc:
-        return _Answer(kind="http_error", detail=_http_error_detail(exc))
-    except (ValueError, KeyError, TypeError) as exc:  # 200 but not the Prometheus API (a wrong URL)
-        return _Answer(kind="http_error", detail=f"not a Prometheus API answer ({type(exc).__name__}: {exc})")
-    except requests.exceptions.RequestException as exc:
-        return _Answer(kind="unreachable", detail=f"{type(exc).__name__} at {prom.url}: {exc}")
-    if not isinstance(result, list) or any(not isinstance(s, dict) for s in result):
-        return _Answer(kind="http_error", detail="the answer is not an instant vector (a scalar or string query?)")
-    return _Answer(series=result)
-
-
-def _connection_detail(exc: requests.exceptions.ConnectionError) -> str:
+def _connection_detail(exc: Exception) -> str:
     text = str(exc)
     for hint in ("Connection refused", "Name or service not known", "No route to host", "Connection reset"):
         if hint in text:
             return hint.lower()
     return f"connection failed ({text[:160]})"
-
-
-def _run_all(url: str, queries: Mapping[tuple[str, str], str], at: float, timeout_s: float) -> dict[tuple[str, str], _Answer]:
-    """Run every query at once; whatever has not answered ``timeout_s`` (+ slack) later is unreachable.
-
-    Concurrent, so a dead Prometheus costs one connection attempt (refused: milliseconds; a
-    black hole: ``timeout_s``), not one per query."""
-    prom = _client(url, timeout_s, pool_size=len(queries))
-    pool = ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="prometheus-query")
-    try:
-        futures = {pool.submit(_query, prom, q, at, timeout_s): key for key, q in queries.items()}
-        # requests applies timeout_s to the connect and to each read; bound the whole read here.
-        done, _ = wait(futures, timeout=timeout_s + 0.5, return_when=FIRST_EXCEPTION)
-        answers = {}
-        for future, key in futures.items():
-            if future in done and future.exception() is None:
-                answers[key] = future.result()
-            elif future in done:  # a bug in _query, not a Prometheus anomaly: let it surface
-                raise future.exception()  # type: ignore[misc]
-            else:
-                answers[key] = _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s from {url}")
-        return answers
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        prom.close()
 
 
 # ------------------------------------------------------------------------------ the snapshot
@@ -439,6 +452,7 @@ def read_signals(
     now: float | None = None,
     *,
     expected_groups: Iterable[str] | None = None,
+    client: PrometheusClient | None = None,
 ) -> SignalSnapshot:
     """The load signals at ``now`` (epoch s; default: the clock), one value or problem per signal.
 
@@ -449,6 +463,7 @@ def read_signals(
     Every query runs concurrently with ``policy.signals.timeout_s`` per request and no retries,
     so a dead Prometheus costs at most about ``timeout_s`` + 0.5 s. Raises BadInput only for a
     malformed URL or an unknown expected group; Prometheus anomalies are problems in the snapshot.
+    ``client``: the run's client (the service passes its one client; a one-off call makes its own).
     """
     url = _check_url(prometheus_url)
     at = time.time() if now is None else now
@@ -459,7 +474,11 @@ def read_signals(
     instances = [g.metrics_instance for g in policy.fleet.groups]
     plan = plan_queries(policy.signals, policy.slo.ttft_percentile, instances)
     queries = {(name, role): text for name, q in plan.items() for role, text in q.items()}
-    answers = _run_all(url, queries, at, policy.signals.timeout_s)
+    if client is None:
+        with PrometheusClient(url, timeout_s=policy.signals.timeout_s, max_concurrency=len(queries)) as own:
+            answers = own.run_all(queries, at, policy.signals.timeout_s)
+    else:
+        answers = client.run_all(queries, at, policy.signals.timeout_s)
     per_signal = {name: _evaluate(name, plan[name], answers, policy, expected, at) for name in SIGNAL_NAMES}
     groups = {
         g.name: GroupSignals(**{name: per_signal[name].values[g.name] for name in SIGNAL_NAMES})
@@ -519,34 +538,14 @@ def query_range_split(
     Times are epoch seconds; ``step`` is seconds. Raises PrometheusError (kind ``unreachable`` or
     ``http_error``, exit code 1) when a chunk fails; BadInput for a bad range or URL."""
     url = _check_url(url)
-    prom = _client(url, timeout_s, pool_size=1)
     merged: dict[frozenset, tuple[dict[str, str], list[tuple[float, float]]]] = {}
-    try:
+    with PrometheusClient(url, timeout_s=timeout_s, max_concurrency=1) as prom:
         for chunk_start, chunk_end in range_chunks(start, end, step, max_points):
-            # The client rounds start and end to whole seconds; its params may override them,
-            # which keeps fractional times on the step grid.
-            params = {"start": f"{chunk_start:.3f}", "end": f"{chunk_end:.3f}", "timeout": f"{timeout_s:g}s"}
-            try:
-                result = prom.custom_query_range(
-                    promql, start_time=_dt(chunk_start), end_time=_dt(chunk_end), step=f"{step:g}", params=params
-                )
-            except requests.exceptions.Timeout as exc:
-                raise PrometheusError("unreachable", f"no answer within {timeout_s:g} s from {url}") from exc
-            except requests.exceptions.ConnectionError as exc:
-                raise PrometheusError("unreachable", f"{_connection_detail(exc)} at {url}") from exc
-            except PrometheusApiClientException as exc:
-                raise PrometheusError("http_error", f"{_http_error_detail(exc)}; query: {promql}") from exc
-            except (ValueError, KeyError, TypeError) as exc:
-                raise PrometheusError("http_error", f"not a Prometheus API answer from {url} ({exc})") from exc
-            for series in result or []:
+            for series in prom.query_range(promql, chunk_start, chunk_end, step, timeout_s):
                 labels = dict(series.get("metric", {}))
                 key = frozenset(labels.items())
                 samples = merged.setdefault(key, (labels, []))[1]
                 samples.extend((float(t), float(v)) for t, v in series.get("values", []))
-    finally:
-        prom.close()
     return [RangeSeries(labels, tuple(samples)) for labels, samples in merged.values()]
 
 
-def _dt(t: float) -> datetime:
-    return datetime.fromtimestamp(t, tz=timezone.utc)

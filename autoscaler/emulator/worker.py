@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
 import uuid
@@ -218,7 +219,7 @@ class Worker:
 
     async def state(self, request: web.Request) -> web.Response:
         return web.json_response({
-            **self.engine.state(), "ready": self.ready, "health_fault": self.health_fault,
+            **self.engine.state(), "pid": os.getpid(), "ready": self.ready, "health_fault": self.health_fault,
             "metrics_fault": self.metrics_fault,
             "frozen_at_ms": self._frozen[1] if self.metrics_fault == "frozen" and self._frozen else None,
         })

@@ -399,11 +399,12 @@ class Ledger:
         *,
         at: float,
         label: str | None = None,
+        instance: str | None = None,
     ) -> int:
         """Record a new run and the policy it starts with; returns the run id.
 
-        A live run also ends every earlier live run that was never ended (a crash), closing
-        their open intervals at ``at``.
+        A live (or advisory) run also ends every earlier run of its source that was never ended
+        (a crash, or a leader that lost its lease), closing their open intervals at ``at``.
         """
         if source not in SOURCES:
             raise ValueError(f"source {source!r} is not one of {', '.join(SOURCES)}")
@@ -413,12 +414,12 @@ class Ledger:
             run_id = conn.execute(
                 insert(Run).returning(Run.id),
                 {"source": source, "label": label, "started_at": at, "ended_at": None,
-                 "policy_sha256": sha, "created_at": time.time()},
+                 "policy_sha256": sha, "created_at": time.time(), "instance": instance},
             ).scalar_one()
             conn.execute(insert(PolicyLoad), {"run_id": run_id, "policy_sha256": sha, "at": at})
-            if source == "live":
+            if source in ("live", "advisory"):
                 stale = conn.execute(
-                    select(Run.id).where(Run.source == "live", Run.ended_at.is_(None), Run.id != run_id,
+                    select(Run.id).where(Run.source == source, Run.ended_at.is_(None), Run.id != run_id,
                                          Run.started_at <= at)
                 ).scalars().all()
                 for old in stale:
@@ -495,13 +496,17 @@ class Ledger:
         return list(groups[group])
 
     # ------------------------------------------------------------------ one at a time (live)
-    def record_decision(self, run_id: int, at: float, decision: Decision, policy_sha: str | None = None) -> int:
-        """One tick's decision (holds too); returns its id for ``record_event(decision_id=...)``."""
+    def record_decision(
+        self, run_id: int, at: float, decision: Decision, policy_sha: str | None = None, *, epoch: int | None = None
+    ) -> int:
+        """One tick's decision (holds too); returns its id for ``record_event(decision_id=...)``.
+        ``epoch``: the leader's epoch (live and advisory runs)."""
         with self._write() as conn:
             sha = policy_sha or self._run_policy(conn, run_id)
-            return conn.execute(
-                insert(DecisionRow).returning(DecisionRow.id), _decision_row(run_id, at, decision, sha)
-            ).scalar_one()
+            row = _decision_row(run_id, at, decision, sha)
+            if epoch is not None:
+                row["epoch"] = epoch
+            return conn.execute(insert(DecisionRow).returning(DecisionRow.id), row).scalar_one()
 
     def record_event(
         self,
@@ -513,6 +518,7 @@ class Ledger:
         decision_id: int | None = None,
         detail: str = "",
         node_state: str | None = None,
+        epoch: int | None = None,
     ) -> int:
         """A group lifecycle event. Node intervals follow: ``started`` makes the group's nodes
         ``active``; ``stopped`` needs ``node_state`` (``idle`` or ``off``: what the actuator left
@@ -529,7 +535,7 @@ class Ledger:
             event_id = conn.execute(
                 insert(GroupEventRow).returning(GroupEventRow.id),
                 {"run_id": run_id, "at": at, "group_name": group, "event": event,
-                 "decision_id": decision_id, "detail": detail},
+                 "decision_id": decision_id, "detail": detail, "epoch": epoch},
             ).scalar_one()
             if node_state is not None:
                 for node in self._group_nodes(conn, run_id, group):

@@ -363,6 +363,113 @@ class Drain(StrictModel):
         OnDrainTimeout.STOP, description="At the timeout: 'stop' (cut and count what is left) or 'keep_serving'."
     )
     poll_interval_s: PosFloat = Field(2, description="How often the drain reads the worker's running+queued.")
+    settle_s: NonNegFloat = Field(
+        2, description="A drain completes only on a worker reading taken at least this long after the gateway "
+        "removal, so requests in transit when the DELETE lands are counted (seconds).",
+    )
+
+
+# ------------------------------------------------------------------------------------ actuator
+class ActuatorKind(StrEnum):
+    ADVISORY = "advisory"  # decide and record on a shadow fleet; act on nothing
+    LOCAL = "local"  # start `autoscaler emulate worker` processes on this machine (tests, demo)
+    COMMAND = "command"  # run argv templates per node (ssh + systemd, docker, IPMI/BMC, wake-on-LAN)
+
+
+class PowerState(StrEnum):
+    IDLE = "idle"  # stopped but powered: charged at node_power_idle_w
+    OFF = "off"  # powered off: charged at node_power_off_w
+
+
+Argv = tuple[str, ...]
+TEMPLATE_FIELDS = ("node.name", "node.address", "group.name", "group.worker_url")
+_TEMPLATE_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+class Actuator(StrictModel):
+    kind: ActuatorKind = Field(ActuatorKind.ADVISORY, description="advisory (default: act on nothing), local or command.")
+    stopped_power_state: PowerState | None = Field(
+        None, description="What a stopped node draws: idle or off. Default: off for local and advisory; for "
+        "command, off when power_off is set, else idle.",
+    )
+    startup_s: NonNegFloat = Field(
+        20, description="local: the emulated worker's load time before /health answers 200 (seconds)."
+    )
+    start: Argv | None = Field(None, description="command: argv run once per node to start it (no shell).")
+    stop: Argv | None = Field(None, description="command: argv run once per node to stop it.")
+    status: Argv | None = Field(
+        None, description="command: argv per node; exit 0 = running, 3 = stopped (as systemctl is-active), "
+        "anything else = unknown.",
+    )
+    power_on: Argv | None = Field(None, description="command: optional argv per node run before start (IPMI, WoL).")
+    power_off: Argv | None = Field(None, description="command: optional argv per node run after stop.")
+    timeout_s: PosFloat = Field(60, description="command: most time one command may run before it is killed (s).")
+    output_limit_bytes: Int = Field(
+        65536, ge=256, le=16_777_216, description="command: most output kept from one command (the tail is recorded)."
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Actuator:
+        if self.kind is ActuatorKind.COMMAND:
+            for name in ("start", "stop", "status"):
+                if not getattr(self, name):
+                    raise FieldError(name, "is required when actuator.kind is command (an argv list)")
+        else:
+            for name in ("start", "stop", "status", "power_on", "power_off"):
+                if getattr(self, name) is not None:
+                    raise FieldError(name, f"is only used by actuator.kind command (this is {self.kind.value})")
+        for name in ("start", "stop", "status", "power_on", "power_off"):
+            argv = getattr(self, name)
+            if argv is None:
+                continue
+            if not argv or not argv[0]:
+                raise FieldError(name, "must be a non-empty argv list")
+            for arg in argv:
+                for key in _TEMPLATE_FIELD.findall(arg):
+                    if key not in TEMPLATE_FIELDS:
+                        raise FieldError(name, f"{{{key}}} is not a template field (use {', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)})")
+        return self
+
+    @property
+    def power_state_when_stopped(self) -> PowerState:
+        if self.stopped_power_state is not None:
+            return self.stopped_power_state
+        if self.kind is ActuatorKind.COMMAND:
+            return PowerState.OFF if self.power_off else PowerState.IDLE
+        return PowerState.OFF
+
+
+# ----------------------------------------------------------------------------------- lifecycle
+class UnknownWorker(StrEnum):
+    ADOPT = "adopt"  # a healthy worker of a group the records call off is taken as ready
+    REMOVE = "remove"  # it is removed from the gateway (and the group stopped)
+
+
+class LifecycleRules(StrictModel):
+    health_deadline_s: PosFloat = Field(
+        1200, description="Most time from the start command to the worker's /health answering 200 (seconds)."
+    )
+    register_deadline_s: PosFloat = Field(
+        120, description="Most time from POST /workers to the gateway listing the worker healthy (seconds)."
+    )
+    start_retries: Int = Field(
+        3, ge=0, le=100, description="Failed starts retried this many times; after the last the group is cordoned."
+    )
+    retry_backoff_s: PosFloat = Field(60, description="Wait before the first retry; doubles each time (seconds).")
+    retry_backoff_max_s: PosFloat = Field(900, description="Longest wait between retries (seconds).")
+    health_failures_before_failed: Int = Field(
+        3, ge=1, description="A ready group whose /health fails this many ticks in a row is failed and replaced."
+    )
+    unknown_worker: UnknownWorker = Field(
+        UnknownWorker.ADOPT, description="A worker the gateway lists but the records call off: adopt or remove."
+    )
+    stop_deadline_s: PosFloat = Field(
+        120, description="Most time from the stop command to the group reported stopped (seconds)."
+    )
+
+    def backoff_s(self, attempt: int) -> float:
+        """Wait after the ``attempt``-th failure (1-based): 60, 120, 240, ... capped at the maximum."""
+        return min(self.retry_backoff_max_s, self.retry_backoff_s * 2 ** max(0, attempt - 1))
 
 
 # ---------------------------------------------------------------------------------- simulation
@@ -396,6 +503,10 @@ class Policy(StrictModel):
     cost: Cost = Field(default_factory=Cost, description="The cost model for the ledger and reports.")
     signals: Signals = Field(default_factory=Signals, description="Where the load signals come from (PromQL).")
     drain: Drain = Field(default_factory=Drain, description="How a group is drained before it stops.")
+    actuator: Actuator = Field(default_factory=Actuator, description="How groups are started and stopped.")
+    lifecycle: LifecycleRules = Field(
+        default_factory=LifecycleRules, description="Deadlines, retries and health rules of a group's life."
+    )
     simulation: Simulation = Field(default_factory=Simulation, description="The fleet model used by backtests.")
 
     @model_validator(mode="after")

@@ -1,0 +1,110 @@
+"""What every actuator offers, and the bounded subprocess runner the command actuator uses."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, Sequence
+
+from autoscaler.policy.model import Group
+
+
+class GroupStatus(StrEnum):
+    RUNNING = "running"  # every node of the group is up
+    STOPPED = "stopped"  # every node is down
+    PARTIAL = "partial"  # some nodes up, some down: the pair is broken
+    UNKNOWN = "unknown"  # the status could not be read
+
+
+@dataclass(frozen=True, slots=True)
+class ActResult:
+    ok: bool
+    detail: str  # one line: what happened, per node where it matters
+    exit_code: int | None = None  # the first failing command's exit code (or the last one's)
+    output_tail: str | None = None  # the end of that command's output, bounded
+
+
+class Actuator(Protocol):
+    kind: str
+
+    @property
+    def stopped_power_state(self) -> str: ...  # "idle" or "off"
+
+    def start(self, group: Group) -> ActResult: ...  # launch every node; returns once launched
+
+    def stop(self, group: Group, *, force: bool = False) -> ActResult: ...  # returns once the stop is issued
+
+    def status(self, group: Group) -> tuple[GroupStatus, str]: ...  # and a one-line detail
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    argv: tuple[str, ...]
+    exit_code: int | None  # None: killed at the timeout
+    output_tail: str
+    seconds: float
+    timed_out: bool = False
+    error: str | None = None  # could not start it at all (no such file, permission)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def describe(self) -> str:
+        if self.error:
+            return f"{self.argv[0]}: {self.error}"
+        if self.timed_out:
+            return f"{self.argv[0]}: killed after {self.seconds:.0f} s (timeout)"
+        return f"{self.argv[0]}: exit {self.exit_code}"
+
+
+def run_bounded(argv: Sequence[str], *, timeout_s: float, output_limit_bytes: int) -> CommandOutcome:
+    """Run ``argv`` (no shell) in its own process group. Output (stdout and stderr together) is
+    read continuously, so a flood never blocks the child, and only the last ``output_limit_bytes``
+    are kept. At the timeout the whole group is killed (children included)."""
+    argv = tuple(argv)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True,
+        )
+    except OSError as exc:
+        return CommandOutcome(argv, None, "", 0.0, error=exc.strerror or str(exc))
+    tail: collections.deque[bytes] = collections.deque()
+    size = [0]
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+            tail.append(chunk)
+            size[0] += len(chunk)
+            while size[0] - len(tail[0]) >= output_limit_bytes and len(tail) > 1:
+                size[0] -= len(tail.popleft())
+
+    thread = threading.Thread(target=reader, name="actuator-output", daemon=True)
+    thread.start()
+    timed_out = False
+    try:
+        exit_code: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        exit_code = None
+    # A grandchild that escaped the group may keep the pipe open: never wait on it for long.
+    thread.join(timeout=1.0)
+    with contextlib.suppress(OSError):
+        proc.stdout.close()  # type: ignore[union-attr]
+    data = b"".join(tail)[-output_limit_bytes:]
+    return CommandOutcome(argv, exit_code, data.decode("utf-8", errors="replace"), time.monotonic() - t0, timed_out)

@@ -1,0 +1,123 @@
+"""The ``local`` actuator: one ``autoscaler emulate worker`` process per group on this machine.
+
+Each runs on the port of its group's ``worker_url``, as ``[sys.executable, "-m", "autoscaler",
+"emulate", "worker", ...]`` (the controller's own interpreter, so the venv's ``bin/`` need not be on
+PATH), with ``actuator.startup_s`` as its load time, ``fleet.requests_per_group`` slots and the
+policy's ``simulation`` speeds. The workers run in their own sessions and outlive the controller,
+as a real fleet does. A group counts as stopped when its port is closed (a zombie still answers
+``kill -0``), and this process reaps the workers it started itself.
+
+Worker logs go to ``$AUTOSCALER_LOCAL_LOG_DIR`` (default: ``<tmp>/autoscaler-local``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from autoscaler.actuators.base import ActResult, GroupStatus
+from autoscaler.policy.model import Group, Policy
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout_s):
+        return True
+    return False
+
+
+class LocalActuator:
+    kind = "local"
+
+    def __init__(self, policy: Policy, *, log_dir: str | None = None) -> None:
+        self.policy = policy
+        self.log_dir = Path(log_dir or os.environ.get("AUTOSCALER_LOCAL_LOG_DIR")
+                            or Path(tempfile.gettempdir()) / "autoscaler-local")
+        self._children: dict[str, subprocess.Popen] = {}
+
+    @property
+    def stopped_power_state(self) -> str:
+        return self.policy.actuator.power_state_when_stopped.value
+
+    def close(self) -> None:
+        self._reap()  # the workers themselves keep running: they outlive the controller
+
+    def argv(self, group: Group) -> list[str]:
+        parts = urlsplit(group.worker_url)
+        sim, sig = self.policy.simulation, self.policy.signals
+        return [
+            sys.executable, "-m", "autoscaler", "emulate", "worker",
+            "--host", parts.hostname or "127.0.0.1", "--port", str(parts.port),
+            "--startup-s", f"{self.policy.actuator.startup_s:g}",
+            "--max-running", str(self.policy.fleet.requests_per_group),
+            "--prefill-tokens-per-s", f"{sim.prefill_tokens_per_s:g}",
+            "--decode-tokens-per-s", f"{sim.decode_tokens_per_s:g}",
+            "--kv-capacity-tokens", str(sim.kv_cache_tokens),
+            "--metric-prefix", sig.metric_prefix,
+        ]
+
+    def start(self, group: Group) -> ActResult:
+        self._reap()
+        parts = urlsplit(group.worker_url)
+        if port_open(parts.hostname or "127.0.0.1", parts.port or 0):
+            return ActResult(True, f"a worker already listens on {parts.hostname}:{parts.port}; not starting a second")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{group.name}-{parts.port}.log"
+        try:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    self.argv(group), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True,
+                )
+        except OSError as exc:
+            return ActResult(False, f"could not start the emulated worker: {exc.strerror or exc}")
+        self._children[group.name] = proc
+        return ActResult(True, f"started emulated worker pid {proc.pid} on port {parts.port} (log {log_path})", 0)
+
+    def _pid(self, group: Group) -> int | None:
+        child = self._children.get(group.name)
+        if child is not None and child.poll() is None:
+            return child.pid
+        try:
+            state = httpx.get(group.worker_url + "/_emulator/state", timeout=2.0, trust_env=False).json()
+            return int(state["pid"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+
+    def stop(self, group: Group, *, force: bool = False) -> ActResult:
+        """SIGTERM (the worker finishes what it admitted, then exits), or SIGKILL with ``force``."""
+        parts = urlsplit(group.worker_url)
+        if not port_open(parts.hostname or "127.0.0.1", parts.port or 0):
+            self._reap()
+            return ActResult(True, f"nothing listens on port {parts.port}: stopped")
+        pid = self._pid(group)
+        if pid is None:
+            return ActResult(False, f"port {parts.port} is open but the worker's pid is unknown")
+        sig = signal.SIGKILL if force else signal.SIGTERM
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:
+            return ActResult(False, f"cannot signal pid {pid}: {exc.strerror}")
+        return ActResult(True, f"sent {sig.name} to pid {pid}", 0)
+
+    def status(self, group: Group) -> tuple[GroupStatus, str]:
+        self._reap()
+        parts = urlsplit(group.worker_url)
+        if port_open(parts.hostname or "127.0.0.1", parts.port or 0):
+            return GroupStatus.RUNNING, f"port {parts.port} open"
+        return GroupStatus.STOPPED, f"port {parts.port} closed"
+
+    def _reap(self) -> None:
+        for name, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[name]

@@ -1,0 +1,85 @@
+"""Reads one worker directly: its ``/health`` and its own running + queued requests.
+
+The gateway forgets a removed worker at once (its ``smg_worker_requests_active`` drops to 0 while
+the worker is still busy), so a drain's completion is read from the worker itself. A reading
+carries the time it was taken, so the drain can require one taken ``drain.settle_s`` after the
+gateway removal (requests in transit when the DELETE landed are then counted too).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import httpx
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReading:
+    at: float  # when the answer arrived (epoch s)
+    running: float | None
+    queued: float | None
+    problem: str | None = None  # why the reading is missing, in one line
+
+    @property
+    def in_flight(self) -> float | None:
+        if self.running is None or self.queued is None:
+            return None
+        return self.running + self.queued
+
+
+def parse_gauge_sum(text: str, name: str) -> float | None:
+    """The sum of every series of ``name`` in Prometheus text (None when absent or not a number)."""
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        rest = line[len(name):]
+        if rest[:1] not in ("{", " "):
+            continue  # another metric that shares the prefix (e.g. ..._total)
+        if rest.startswith("{"):
+            rest = rest[rest.find("}") + 1:]
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            return None
+        if not math.isfinite(value):
+            return None
+        total, seen = total + value, True
+    return total if seen else None
+
+
+class WorkerProbe:
+    def __init__(self, *, metric_prefix: str = "sglang:", timeout_s: float = 2.0) -> None:
+        self.prefix = metric_prefix
+        self._http = httpx.Client(timeout=timeout_s, trust_env=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def healthy(self, worker_url: str) -> tuple[bool, str]:
+        try:
+            r = self._http.get(worker_url + "/health")
+        except httpx.HTTPError as exc:
+            return False, f"{worker_url}/health: unreachable ({type(exc).__name__})"
+        if r.status_code == 200:
+            return True, "ok"
+        return False, f"{worker_url}/health: HTTP {r.status_code} {r.text[:80].strip()}"
+
+    def load(self, worker_url: str) -> LoadReading:
+        try:
+            r = self._http.get(worker_url + "/metrics")
+        except httpx.HTTPError as exc:
+            return LoadReading(time.time(), None, None, f"{worker_url}/metrics: unreachable ({type(exc).__name__})")
+        at = time.time()
+        if r.status_code != 200:
+            return LoadReading(at, None, None, f"{worker_url}/metrics: HTTP {r.status_code}")
+        running = parse_gauge_sum(r.text, self.prefix + "num_running_reqs")
+        queued = parse_gauge_sum(r.text, self.prefix + "num_queue_reqs")
+        problem = None if running is not None and queued is not None else (
+            f"{worker_url}/metrics: no {self.prefix}num_running_reqs/num_queue_reqs")
+        return LoadReading(at, running, queued, problem)

@@ -1,0 +1,166 @@
+"""The live side of the ledger: each group's recorded state, the executor's journal of side
+effects (intent before the act, result after), and small JSON documents the controller keeps
+across restarts (the core's memory, the advisory shadow fleet, the policy in force).
+
+Every write carries the leader's ``epoch``. A group's transition is one transaction: the
+``fleet_groups`` row, the lifecycle event and the node intervals change together, so a crash
+never leaves the record half way (either the transition happened or it did not).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Mapping
+
+from sqlalchemy import insert, select, update
+
+from autoscaler.ledger.models import ActionRow, ControllerStateRow, FleetGroupRow, GroupEventRow
+from autoscaler.ledger.store import GroupEvent, Ledger
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """What the records say about one group (a row of ``fleet_groups``)."""
+
+    name: str
+    phase: str = "off"  # off, starting, registering, ready, draining, stopping, failed
+    since: float = 0.0
+    worker_url: str | None = None
+    worker_id: str | None = None  # the gateway's id while registered (or being registered)
+    attempts: int = 0  # failed starts in a row
+    retry_at: float | None = None  # no new start before this (backoff)
+    cordoned: bool = False
+    cause: str | None = None
+    health_failures: int = 0
+    start_began_at: float | None = None
+    removed_at: float | None = None  # when the drain removed the worker from the gateway
+
+    def with_(self, **changes: Any) -> GroupRecord:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionInfo:
+    id: int
+    group: str
+    kind: str
+    intent_at: float
+    result_at: float | None
+    outcome: str | None
+    detail: str
+    epoch: int
+
+
+_RECORD_FIELDS = tuple(GroupRecord.__dataclass_fields__)
+
+
+class LiveLedger:
+    """The live-side records over a ``Ledger``'s database."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    # ------------------------------------------------------------------ group records
+    def groups(self) -> dict[str, GroupRecord]:
+        with self.ledger._read() as conn:
+            rows = conn.execute(select(FleetGroupRow)).scalars().all()
+            return {r.name: GroupRecord(**{f: getattr(r, f) for f in _RECORD_FIELDS}) for r in rows}
+
+    def transition(
+        self,
+        record: GroupRecord,
+        *,
+        epoch: int,
+        at: float,
+        run_id: int | None = None,
+        event: str | None = None,
+        detail: str = "",
+        node_state: str | None = None,
+        decision_id: int | None = None,
+    ) -> GroupRecord:
+        """Write ``record`` as the group's state and, in the same transaction, the lifecycle event
+        and the nodes' power state. Raises RuntimeFailure when the database refuses."""
+        if event is not None:
+            GroupEvent(at, record.name, event)  # validates the name
+        values = {**asdict(record), "epoch": epoch, "updated_at": time.time()}
+        with self.ledger._write() as conn:
+            exists = conn.execute(select(FleetGroupRow.name).where(FleetGroupRow.name == record.name)).first()
+            if exists:
+                conn.execute(update(FleetGroupRow).where(FleetGroupRow.name == record.name).values(**values))
+            else:
+                conn.execute(insert(FleetGroupRow), values)
+            if run_id is not None and event is not None:
+                conn.execute(
+                    insert(GroupEventRow),
+                    {"run_id": run_id, "at": at, "group_name": record.name, "event": event,
+                     "decision_id": decision_id, "detail": detail, "epoch": epoch},
+                )
+            if run_id is not None and node_state is not None:
+                for node in self.ledger._group_nodes(conn, run_id, record.name):
+                    self.ledger._set_state(conn, run_id, node, record.name, node_state, at)
+        return record
+
+    def set_nodes(self, run_id: int, group: str, state: str, at: float) -> None:
+        self.ledger.set_group_state(run_id, group, state, at)
+
+    # ------------------------------------------------------------------ the journal
+    def intent(self, *, epoch: int, group: str, kind: str, at: float, detail: str, run_id: int | None) -> int:
+        """Before a side effect: what is about to be done. Returns the journal id for ``result``."""
+        with self.ledger._write() as conn:
+            return conn.execute(
+                insert(ActionRow).returning(ActionRow.id),
+                {"run_id": run_id, "epoch": epoch, "group_name": group, "kind": kind, "intent_at": at,
+                 "result_at": None, "outcome": None, "detail": detail, "exit_code": None, "output_tail": None},
+            ).scalar_one()
+
+    def result(
+        self,
+        action_id: int,
+        *,
+        epoch: int,
+        at: float,
+        outcome: str,
+        detail: str | None = None,
+        exit_code: int | None = None,
+        output_tail: str | None = None,
+    ) -> None:
+        values: dict[str, Any] = {"result_at": at, "outcome": outcome, "epoch": epoch,
+                                  "exit_code": exit_code, "output_tail": output_tail}
+        if detail is not None:
+            values["detail"] = detail
+        with self.ledger._write() as conn:
+            conn.execute(update(ActionRow).where(ActionRow.id == action_id).values(**values))
+
+    def open_actions(self) -> list[ActionInfo]:
+        """Intents without a result (a crash between the intent and the result)."""
+        with self.ledger._read() as conn:
+            rows = conn.execute(
+                select(ActionRow).where(ActionRow.outcome.is_(None)).order_by(ActionRow.id)
+            ).scalars().all()
+            return [ActionInfo(r.id, r.group_name, r.kind, r.intent_at, r.result_at, r.outcome, r.detail, r.epoch)
+                    for r in rows]
+
+    def actions(self, group: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        with self.ledger._read() as conn:
+            q = select(ActionRow).order_by(ActionRow.id.desc()).limit(limit)
+            if group is not None:
+                q = q.where(ActionRow.group_name == group)
+            rows = conn.execute(q).scalars().all()
+            return [{c: getattr(r, c) for c in ("id", "group_name", "kind", "intent_at", "result_at", "outcome",
+                                                 "detail", "exit_code", "output_tail", "epoch")} for r in rows][::-1]
+
+    # ------------------------------------------------------------------ controller state
+    def load_state(self, key: str) -> Mapping[str, Any] | None:
+        with self.ledger._read() as conn:
+            row = conn.execute(select(ControllerStateRow.value).where(ControllerStateRow.key == key)).first()
+            return None if row is None else row[0]
+
+    def save_state(self, key: str, value: Mapping[str, Any], *, epoch: int) -> None:
+        with self.ledger._write() as conn:
+            exists = conn.execute(select(ControllerStateRow.key).where(ControllerStateRow.key == key)).first()
+            values = {"value": dict(value), "epoch": epoch, "updated_at": time.time()}
+            if exists:
+                conn.execute(update(ControllerStateRow).where(ControllerStateRow.key == key).values(**values))
+            else:
+                conn.execute(insert(ControllerStateRow), {"key": key, **values})
