@@ -64,7 +64,7 @@ class LiveLedger:
     # ------------------------------------------------------------------ group records
     def groups(self) -> dict[str, GroupRecord]:
         with self.ledger._read() as conn:
-            rows = conn.execute(select(FleetGroupRow)).scalars().all()
+            rows = conn.execute(select(FleetGroupRow.__table__)).all()
             return {r.name: GroupRecord(**{f: getattr(r, f) for f in _RECORD_FIELDS}) for r in rows}
 
     def transition(
@@ -136,17 +136,17 @@ class LiveLedger:
         """Intents without a result (a crash between the intent and the result)."""
         with self.ledger._read() as conn:
             rows = conn.execute(
-                select(ActionRow).where(ActionRow.outcome.is_(None)).order_by(ActionRow.id)
-            ).scalars().all()
+                select(ActionRow.__table__).where(ActionRow.outcome.is_(None)).order_by(ActionRow.id)
+            ).all()
             return [ActionInfo(r.id, r.group_name, r.kind, r.intent_at, r.result_at, r.outcome, r.detail, r.epoch)
                     for r in rows]
 
     def actions(self, group: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
         with self.ledger._read() as conn:
-            q = select(ActionRow).order_by(ActionRow.id.desc()).limit(limit)
+            q = select(ActionRow.__table__).order_by(ActionRow.id.desc()).limit(limit)
             if group is not None:
                 q = q.where(ActionRow.group_name == group)
-            rows = conn.execute(q).scalars().all()
+            rows = conn.execute(q).all()
             return [{c: getattr(r, c) for c in ("id", "group_name", "kind", "intent_at", "result_at", "outcome",
                                                  "detail", "exit_code", "output_tail", "epoch")} for r in rows][::-1]
 

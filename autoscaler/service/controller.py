@@ -1,0 +1,279 @@
+"""One controller tick, wired: reconcile -> signals -> decide -> record -> act.
+
+``Controller`` owns the run: the ledger run, the core's memory (kept in the database, so a
+restarted controller decides as the old one would have), the executor (or the advisory shadow
+fleet), the signal source and the operator controls. ``tick()`` is level-triggered: it reads the
+records, the gateway and the actuator, settles differences, asks the core, records the decision
+and makes one recorded step. The service (``service.runner``) calls it on a schedule; tests call it
+directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from autoscaler.adapters.snapshot_file import snapshot_from_dict
+from autoscaler.core import decide
+from autoscaler.core.forecast import record_startup
+from autoscaler.core.types import Action, Decision, FleetState, GroupSignals, GroupState, Memory, Phase, SignalSnapshot, iso
+from autoscaler.errors import AutoscalerError, RuntimeFailure
+from autoscaler.ledger.live import LiveLedger
+from autoscaler.ledger.store import Ledger
+from autoscaler.policy.loader import LoadedPolicy
+from autoscaler.policy.model import Pin, Policy
+from autoscaler.service.executor import Executor, RecordsUnavailable, TickReport
+
+log = logging.getLogger("autoscaler.controller")
+decision_log = logging.getLogger("autoscaler.decision")
+
+MEMORY_KEY = "memory"
+POLICY_KEY = "policy"
+
+
+class SignalSource(Protocol):
+    def read(self, now: float, *, expected_groups: list[str]) -> SignalSnapshot: ...
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What operators asked for, in force now (``service.controls`` builds it from the database)."""
+
+    pin: dict[str, Any] | None = None  # {"groups", "until", "by", "reason"}
+    paused: bool = False
+    pause: dict[str, Any] | None = None
+    cordoned: dict[str, dict[str, Any]] = field(default_factory=dict)  # group -> {"by", "reason", "at"}
+
+
+ControlsProvider = Callable[[float], Controls]
+
+
+def memory_to_json(memory: Memory) -> dict[str, Any]:
+    return memory.to_dict()
+
+
+def memory_from_json(data: Any, policy: Policy, at: float) -> Memory:
+    """The memory a previous run saved (the snapshot format's ``memory``); a fresh one if unreadable."""
+    if not isinstance(data, dict):
+        return Memory()
+    doc = {"at": iso(at), "fleet": {"groups": {g: {"phase": "off"} for g in policy.fleet.group_names()}},
+           "memory": data}
+    try:
+        return snapshot_from_dict(doc, policy, "<stored memory>")[2]
+    except AutoscalerError as exc:
+        log.warning("the stored core memory could not be read (%s); starting with a fresh memory", exc)
+        return Memory()
+
+
+def with_pin(policy: Policy, pin: dict[str, Any] | None) -> Policy:
+    """The policy the core sees: an operator's pin overrides the policy's own ``schedules.pin``."""
+    if pin is None:
+        return policy
+    from datetime import datetime, timezone
+
+    until = datetime.fromtimestamp(float(pin["until"]), tz=timezone.utc)
+    op_pin = Pin(groups=int(pin["groups"]), until=until, note=f"operator pin by {pin.get('by')}: {pin.get('reason')}")
+    return policy.model_copy(update={"schedules": policy.schedules.model_copy(update={"pin": op_pin})})
+
+
+class Controller:
+    def __init__(
+        self,
+        loaded: LoadedPolicy,
+        ledger: Ledger,
+        signals: SignalSource,
+        *,
+        executor_factory: Callable[[Policy, LiveLedger, int, int], Any],
+        source: str,
+        epoch: int = 1,
+        instance: str = "local",
+        controls: ControlsProvider | None = None,
+        clock: Callable[[], float] = time.time,
+        on_decision: Callable[[Decision, TickReport, "Controller"], None] | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.policy = loaded.policy
+        self.ledger = ledger
+        self.live = LiveLedger(ledger)
+        self.signals = signals
+        self.source = source
+        self.epoch = epoch
+        self.instance = instance
+        self.controls_provider = controls
+        self.clock = clock
+        self.on_decision = on_decision
+        now = clock()
+        self.run_id = ledger.start_run(source, loaded, at=now, label=f"{source} {instance}", instance=instance)
+        self.memory = memory_from_json(self.live.load_state(MEMORY_KEY), self.policy, now)
+        self.executor = executor_factory(self.policy, self.live, self.run_id, epoch)
+        self.executor.recheck = self._recheck
+        self._init_node_states(now)
+        self.recovery_notes = self.executor.recover()
+        for note in self.recovery_notes:
+            log.info("recovery: %s", note)
+        self.controls = Controls()
+        self.last_decision: Decision | None = None
+        self.last_decision_at: float | None = None
+        self.last_snapshot: SignalSnapshot | None = None
+        self.last_report: TickReport | None = None
+        self.ticks = 0
+        self.save_policy_state(error=None)
+
+    # ------------------------------------------------------------------ run bookkeeping
+    def _init_node_states(self, now: float) -> None:
+        """A new run opens an interval for every node in its current power state."""
+        if not isinstance(self.executor, Executor):
+            return
+        off_state = self.executor.actuator.stopped_power_state
+        for name, rec in self.executor.records.items():
+            state = off_state if rec.phase == "off" else "active"
+            if rec.phase == "failed":
+                state = off_state
+            self.live.set_nodes(self.run_id, name, state, now)
+            if rec.phase == "off" and name not in self.live.groups():
+                self.live.transition(rec, epoch=self.epoch, at=now)
+
+    def save_policy_state(self, *, error: str | None) -> None:
+        value = {"path": self.loaded.path, "hash": self.loaded.sha256, "loaded_at": iso(self.clock()),
+                 "error": error, "instance": self.instance}
+        try:
+            self.live.save_state(POLICY_KEY, value, epoch=self.epoch)
+        except RuntimeFailure as exc:
+            log.error("could not record the policy state: %s", exc)
+
+    def reload(self, loaded: LoadedPolicy) -> None:
+        """A valid edited policy: takes effect from the next decision; its version is recorded."""
+        now = self.clock()
+        self.ledger.record_policy(self.run_id, loaded, at=now)
+        self.loaded, self.policy = loaded, loaded.policy
+        self.executor.set_policy(loaded.policy)
+        if hasattr(self.signals, "set_policy"):
+            self.signals.set_policy(loaded.policy)
+        self.save_policy_state(error=None)
+
+    def end(self, note: str) -> None:
+        try:
+            self.ledger.end_run(self.run_id, self.clock(), note)
+        except RuntimeFailure as exc:
+            log.error("could not end the run: %s", exc)
+
+    # ------------------------------------------------------------------ the tick
+    def _core_policy(self) -> Policy:
+        return with_pin(self.policy, self.controls.pin)
+
+    def _fleet(self) -> FleetState:
+        fleet = self.executor.fleet_state()
+        if not self.controls.cordoned:
+            return fleet
+        groups = {}
+        for name, g in fleet.groups.items():
+            if name in self.controls.cordoned and g.phase is Phase.OFF:
+                g = GroupState(name, Phase.FAILED, g.since)  # cordoned: never a start candidate
+            groups[name] = g
+        return FleetState(groups, fleet.synced)
+
+    def _snapshot(self, now: float, fleet: FleetState) -> SignalSnapshot:
+        expected = [n for n, g in fleet.groups.items() if g.phase is Phase.READY]
+        snapshot = self.signals.read(now, expected_groups=expected)
+        if hasattr(self.executor, "shape_signals"):
+            snapshot = self.executor.shape_signals(snapshot)
+        return snapshot
+
+    def _recheck(self, group: str, now: float) -> bool:
+        """Just before a drained group stops: does the core want it back?"""
+        fleet = self._fleet()
+        snapshot = self.last_snapshot
+        if snapshot is None:
+            return False
+        decision, _ = decide(snapshot, fleet, self._core_policy(), self.memory, now)
+        wants = decision.action is Action.SCALE_UP and group in (decision.groups or (decision.group,))
+        if wants:
+            log.info("re-check before stopping %s: the core wants it back (%s: %s)", group, decision.reason,
+                     decision.detail)
+        return wants
+
+    def tick(self) -> Decision | None:
+        """One tick. Returns the decision (None when the records were unavailable)."""
+        t0 = time.monotonic()
+        now = self.clock()
+        if self.controls_provider is not None:
+            try:
+                self.controls = self.controls_provider(now)
+            except RuntimeFailure as exc:
+                log.error("operator controls unreadable (%s); keeping the last ones", exc)
+        self._apply_cordons()
+        try:
+            self.last_snapshot = self._snapshot(now, self._fleet())
+        except AutoscalerError as exc:
+            log.error("signals: %s", exc)
+        report = self.executor.reconcile()
+        self.last_report = report
+        for sample in report.startup_samples:
+            self.memory = record_startup(self.memory, sample)
+        fleet = self._fleet()
+        now = self.clock()
+        snapshot = self.last_snapshot or SignalSnapshot(now, {}, GroupSignals())
+        decision, memory = decide(snapshot, fleet, self._core_policy(), self.memory, now)
+        self.ticks += 1
+        if not report.records_ok:
+            log.error("records unavailable: no new action this tick (%s)", "; ".join(report.steps[-1:]))
+            self.last_decision, self.last_decision_at = decision, now
+            return None
+        try:
+            decision_id = self.ledger.record_decision(self.run_id, now, decision, self.loaded.sha256, epoch=self.epoch)
+            self.live.save_state(MEMORY_KEY, memory_to_json(memory), epoch=self.epoch)
+        except RuntimeFailure as exc:
+            log.error("records unavailable: decision not recorded, no action taken (%s)", exc)
+            self.last_decision, self.last_decision_at = decision, now
+            return None
+        self.memory = memory
+        self.last_decision, self.last_decision_at = decision, now
+        steps: list[str] = []
+        if decision.action is not Action.HOLD:
+            if self.controls.paused:
+                steps.append("paused by an operator: not acted on")
+            else:
+                try:
+                    steps = self.executor.apply(decision, decision_id=decision_id)
+                except RecordsUnavailable as exc:
+                    log.error("%s", exc)
+                    steps = [str(exc)]
+        self._log_decision(decision, fleet, snapshot, steps, time.monotonic() - t0)
+        if self.on_decision is not None:
+            self.on_decision(decision, report, self)
+        return decision
+
+    def _apply_cordons(self) -> None:
+        if not isinstance(self.executor, Executor):
+            return
+        for name, rec in list(self.executor.records.items()):
+            wanted = name in self.controls.cordoned
+            if wanted and not rec.cordoned:
+                c = self.controls.cordoned[name]
+                self.executor.cordon(name, True, f"operator cordon by {c.get('by')}: {c.get('reason')}")
+            elif not wanted and rec.cordoned and self._was_operator_cordon(rec.cause):
+                self.executor.cordon(name, False, "operator uncordon")
+
+    def _was_operator_cordon(self, cause: str | None) -> bool:
+        return True
+
+    def _log_decision(self, decision: Decision, fleet: FleetState, snapshot: SignalSnapshot, steps: list[str],
+                      seconds: float) -> None:
+        active = sum(1 for g in fleet.groups.values() if g.phase in (Phase.READY, Phase.STARTING))
+        cost = self.policy.cost
+        node_kw = cost.node_power_active_w * cost.pue / 1000.0
+        per_group_hour = self.policy.fleet.group_size_nodes * (node_kw * cost.energy_price_per_kwh + cost.node_hour_fee)
+        delta = decision.target_groups - active
+        line = {
+            "action": str(decision.action), "from": active, "to": decision.target_groups, "reason": str(decision.reason),
+            "group": decision.group, "running": snapshot.fleet.running, "queued": snapshot.fleet.queued,
+            "kv_usage": snapshot.fleet.kv_usage, "ttft_p99_s": snapshot.fleet.ttft_p99_s,
+            "cost_change_per_hour": round(delta * per_group_hour, 4), "currency": cost.currency,
+            "steps": steps, "epoch": self.epoch,
+        }
+        decision_log.info("decision %s", json.dumps(line, separators=(",", ":")))
+        decision_log.debug("decision arithmetic: %s | inputs %s | tick %.3f s", decision.detail,
+                           json.dumps(dict(decision.inputs), default=str)[:2000], seconds)

@@ -1,0 +1,293 @@
+"""The executor against the real SGLang Model Gateway (sglang-router 0.3.2) and emulated groups
+started through the ``local`` actuator, with continuous streaming load.
+
+One gateway serves the whole module (its workers are cleared between tests); each test has its
+own ledger, its own policy on free ports and its own workers, killed by their PIDs at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from autoscaler.actuators.local import port_open
+from autoscaler.adapters.gateway import GatewayClient, GatewayUnauthorized, GatewayUnreachable
+from autoscaler.core import decide
+from autoscaler.core.types import Action, GroupSignals, Memory, Phase, SignalSnapshot
+from autoscaler.errors import RuntimeFailure
+from autoscaler.ledger.live import LiveLedger
+from autoscaler.service.executor import Executor, RecordsUnavailable
+from tests.support.live import LiveFleet, StreamingLoad, decision, kill_workers, write_policy
+from tests.support.procs import PYTHON, REPO, Proc, start_gateway, wait_until
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    g = start_gateway(tmp_path_factory.mktemp("gateway"))
+    try:
+        yield g
+    finally:
+        g.proc.kill()
+
+
+@pytest.fixture
+def fleet(tmp_path, gw):
+    for w in gw.workers():  # a clean gateway for every test
+        httpx.delete(f"{gw.url}/workers/{w['id']}", timeout=5)
+    made: list[LiveFleet] = []
+
+    def make(**overrides) -> LiveFleet:
+        policy = write_policy(tmp_path / f"policy-{len(made)}.yaml", **overrides)
+        f = LiveFleet(policy, f"sqlite:///{tmp_path}/ledger.db", gw.url)
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()
+
+
+def events(fleet: LiveFleet, group: str) -> list[str]:
+    return [e.event for e in fleet.ledger.events(fleet.run_id) if e.group == group]
+
+
+def test_scale_1_to_3_to_1_under_streaming_load_loses_no_request(fleet, gw):
+    f = fleet()
+    f.start("g1")
+    with StreamingLoad(gw.url, concurrency=6, max_tokens=40) as load:
+        wait_until(lambda: len(load.results) >= 3, 60, what="first requests done")
+        f.start("g2", "g3")
+        assert {w["url"] for w in gw.workers()} == set(f.urls)
+        wait_until(lambda: len(load.results) >= 15, 90, what="load on three groups")
+        f.drain("g3")
+        f.drain("g2")
+        time.sleep(2)
+        results = load.stop()
+    assert len(results) >= 15
+    assert StreamingLoad.failures(results) == []
+    assert [f.phase(g) for g in ("g1", "g2", "g3")] == ["ready", "off", "off"]
+    assert not f.running("g2") and not f.running("g3")  # the drained groups' ports are closed
+    assert [w["url"] for w in gw.workers()] == [f.url("g1")]
+    # Intent before the act, result after it, for every side effect.
+    actions = f.live.actions()
+    assert {a["kind"] for a in actions} >= {"start", "register", "deregister", "stop"}
+    assert all(a["outcome"] == "ok" and a["result_at"] >= a["intent_at"] for a in actions)
+    assert events(f, "g3") == ["started", "registering", "ready", "drain_started", "drained", "stopping", "stopped"]
+    # The measured start-ups are reported for the core's lead time.
+    # Node intervals: g3's nodes active while on, then off (the local actuator's power state).
+    states = [iv.state for iv in f.ledger.intervals_at(f.run_id, time.time()) if iv.group == "g3"]
+    assert states == ["off", "off"]
+
+
+def test_a_start_reports_its_measured_duration(fleet):
+    f = fleet()
+    f.executor.apply(decision(Action.SCALE_UP, "g1"))
+    reports = f.reconcile_until(lambda: f.phase("g1") == "ready", 40, what="g1 ready")
+    samples = [s for r in reports for s in r.startup_samples]
+    # actuator.startup_s is 5 s in demo.yaml: health is 503 for 5 s, then registration.
+    assert len(samples) == 1 and 5.0 <= samples[0] < 30.0
+
+
+def test_sigkill_mid_drain_then_restart_completes_the_drain_and_loses_nothing(fleet, gw, tmp_path):
+    f = fleet(drain={"settle_s": 2, "timeout_s": 180, "on_timeout": "stop"})
+    f.start("g1", "g2")
+    db = f.db_url
+    # Long streams so that the drain has work in flight when the controller dies.
+    with StreamingLoad(gw.url, concurrency=8, max_tokens=200, max_requests=16) as load:
+        wait_until(lambda: _in_flight(f.url("g2")) >= 1, 30, what="g2 busy")
+        driver = Proc([PYTHON, "-m", "tests.support.executor_driver", "--policy", str(f.policy_path), "--db", db,
+                       "--gateway", gw.url, "--drain", "g2", "--ticks", "1000"], tmp_path / "driver1.log")
+        try:
+            wait_until(lambda: f.url("g2") not in {w["url"] for w in gw.workers()}, 20,
+                       what="g2 removed from the gateway", proc=driver)
+            assert _in_flight(f.url("g2")) >= 1  # still draining when the controller dies
+            driver.signal(signal.SIGKILL)
+            driver.wait(10)
+        finally:
+            driver.kill()
+        # The records still say draining; the worker still runs and finishes its requests.
+        assert LiveLedger(f.ledger).groups()["g2"].phase == "draining"
+        restarted = Proc([PYTHON, "-m", "tests.support.executor_driver", "--policy", str(f.policy_path), "--db", db,
+                          "--gateway", gw.url, "--until-off", "g2", "--ticks", "1000"], tmp_path / "driver2.log")
+        try:
+            assert restarted.wait(120) == 0, restarted.log()
+        finally:
+            restarted.kill()
+        results = load.stop()
+    assert StreamingLoad.failures(results) == []
+    records = LiveLedger(f.ledger).groups()
+    assert records["g2"].phase == "off"
+    # Nothing the records call off is still running.
+    for name, rec in records.items():
+        if rec.phase == "off":
+            assert not port_open("127.0.0.1", int(f.url(name).rsplit(":", 1)[1])), name
+    assert "drained" in [e.event for run in f.ledger.runs(source="live") for e in f.ledger.events(run.id)
+                         if e.group == "g2"]
+
+
+def _in_flight(url: str) -> float:
+    from autoscaler.adapters.worker_probe import WorkerProbe
+
+    probe = WorkerProbe()
+    try:
+        return probe.load(url).in_flight or 0
+    finally:
+        probe.close()
+
+
+def test_gateway_unreachable_during_a_drain_never_stops_a_group_that_may_be_registered(fleet, gw):
+    f = fleet(drain={"timeout_s": 3, "on_timeout": "stop", "settle_s": 1})
+    f.start("g1", "g2")
+    real = f.executor.gateway
+    dead = GatewayClient(f"http://127.0.0.1:{_closed_port()}", timeout_s=0.5)
+    f.executor.gateway = dead
+    f.executor.apply(decision(Action.SCALE_DOWN, "g2"))
+    deadline = time.monotonic() + 6  # twice the drain timeout
+    while time.monotonic() < deadline:
+        report = f.executor.reconcile()
+        assert not report.gateway_ok
+        time.sleep(0.3)
+    # Still listed by the real gateway, so it must still run: it was never stopped blind.
+    assert f.phase("g2") == "draining"
+    assert f.url("g2") in {w["url"] for w in gw.workers()}
+    assert f.running("g2")
+    assert any("gateway is unreachable" in a for a in report.alerts)
+    f.executor.gateway = real  # the gateway is back: the drain goes on
+    f.reconcile_until(lambda: f.phase("g2") == "off", 30, what="g2 off once the gateway answers")
+    assert f.url("g2") not in {w["url"] for w in gw.workers()}
+    dead.close()
+
+
+def _closed_port() -> int:
+    from tests.support.procs import free_port
+
+    return free_port()
+
+
+def test_a_restarted_gateway_gets_every_ready_group_back_within_one_tick(fleet, tmp_path):
+    g = start_gateway(tmp_path / "gw2")
+    port, mport = g.port, g.metrics_port
+    f = fleet()
+    f.executor.gateway = GatewayClient(g.url)
+    try:
+        f.start("g1", "g2")
+        g.proc.kill()
+        argv = list(g.proc.argv)
+        g2 = Proc(argv, tmp_path / "gw2" / "restarted.log")
+        wait_until(lambda: httpx.get(g.url + "/liveness", timeout=1).status_code == 200, 20, what="gateway back",
+                   proc=g2)
+        assert httpx.get(g.url + "/workers", timeout=5).json()["workers"] == []  # it forgot them
+        report = f.executor.reconcile()  # one tick
+        assert sorted(s for s in report.steps if "re-registered" in s) == ["g1: re-registered with the gateway",
+                                                                           "g2: re-registered with the gateway"]
+        wait_until(lambda: {w["url"] for w in httpx.get(g.url + "/workers", timeout=5).json()["workers"]}
+                   == {f.url("g1"), f.url("g2")}, 15, what="both listed again")
+        assert events(f, "g1").count("reregistered") == 1
+    finally:
+        g.proc.kill()
+        with __import__("contextlib").suppress(NameError):
+            g2.kill()
+
+
+def test_a_start_that_never_becomes_healthy_is_cleaned_up_retried_with_backoff_then_cordoned(fleet):
+    f = fleet(actuator={"kind": "local", "startup_s": 60},
+              lifecycle={"health_deadline_s": 1.5, "start_retries": 1, "retry_backoff_s": 1, "retry_backoff_max_s": 5})
+    f.executor.apply(decision(Action.SCALE_UP, "g1"))
+    assert f.phase("g1") == "starting"
+    f.reconcile_until(lambda: f.phase("g1") == "failed", 20, what="g1 failed")
+    rec = f.executor.records["g1"]
+    assert rec.attempts == 1 and rec.retry_at is not None and not rec.cordoned
+    assert "no healthy /health within 1.5 s" in rec.cause
+    wait_until(lambda: not f.running("g1"), 10, what="the unhealthy worker stopped")
+    # During the backoff the core sees it as failed: not a start candidate.
+    assert f.executor.fleet_state().groups["g1"].phase is Phase.FAILED
+    f.reconcile_until(lambda: f.phase("g1") == "off", 10, what="g1 startable after the backoff")
+    f.executor.apply(decision(Action.SCALE_UP, "g1"))
+    f.reconcile_until(lambda: f.executor.records["g1"].cordoned, 20, what="g1 cordoned after the last retry")
+    assert f.executor.fleet_state().groups["g1"].phase is Phase.FAILED
+    assert events(f, "g1") == ["started", "failed", "started", "failed", "cordoned"]
+    f.executor.cordon("g1", False, "operator uncordon")
+    assert f.executor.records["g1"].phase == "off" and f.executor.records["g1"].attempts == 0
+
+
+def test_a_ready_group_whose_health_fails_is_failed_removed_and_replaced(fleet, gw):
+    f = fleet(lifecycle={"health_failures_before_failed": 2, "retry_backoff_s": 60})
+    f.start("g1")
+    httpx.post(f.url("g1") + "/_emulator/fault", json={"health": "fail"}, timeout=5)
+    f.reconcile_until(lambda: f.phase("g1") == "failed", 10, what="g1 failed")
+    assert "/health failed 2 ticks in a row" in f.executor.records["g1"].cause
+    assert f.url("g1") not in {w["url"] for w in gw.workers()}
+    wait_until(lambda: not f.running("g1"), 10, what="g1 stopped")
+    # The core's next decision replaces it: below the floor, start another group.
+    snapshot = SignalSnapshot(time.time(), {}, GroupSignals())
+    d, _ = decide(snapshot, f.executor.fleet_state(), f.policy, Memory(), time.time())
+    assert d.action is Action.SCALE_UP and d.group == "g2"
+
+
+def test_ledger_unwritable_no_new_action_starts_and_what_is_in_flight_finishes(fleet, gw):
+    f = fleet()
+    f.start("g1", "g2")
+
+    class Broken(LiveLedger):
+        broken = False
+
+        def intent(self, **kw):
+            if self.broken:
+                raise RuntimeFailure("ledger database: disk I/O error (injected)")
+            return super().intent(**kw)
+
+        def transition(self, record, **kw):
+            if self.broken:
+                raise RuntimeFailure("ledger database: disk I/O error (injected)")
+            return super().transition(record, **kw)
+
+    broken = Broken(f.ledger)
+    f.executor.live = broken
+    with StreamingLoad(gw.url, concurrency=4, max_tokens=60, max_requests=12) as load:
+        wait_until(lambda: _in_flight(f.url("g2")) >= 1, 30, what="g2 busy")
+        broken.broken = True
+        with pytest.raises(RecordsUnavailable):
+            f.executor.apply(decision(Action.SCALE_UP, "g3"))
+        assert not f.running("g3")  # no intent recorded -> nothing started
+        with pytest.raises(RecordsUnavailable):
+            f.executor.apply(decision(Action.SCALE_DOWN, "g2"))
+        assert f.url("g2") in {w["url"] for w in gw.workers()}  # no drain began without its record
+        broken.broken = False
+        f.drain("g2")  # once writable again, a drain completes normally
+        results = load.stop()
+    assert StreamingLoad.failures(results) == []
+
+
+def test_control_plane_key_is_used_a_wrong_key_is_one_clear_error_and_the_key_is_never_recorded(
+        fleet, tmp_path, caplog):
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    g = start_gateway(tmp_path / "gwkey", extra_args=["--control-plane-api-keys", f"ops:ops:admin:{secret}"])
+    try:
+        with pytest.raises(GatewayUnauthorized) as info:
+            GatewayClient(g.url, api_key="wrong").list()
+        assert "401" in str(info.value) and "\n" not in str(info.value) and "wrong" not in str(info.value)
+        with pytest.raises(GatewayUnauthorized):
+            GatewayClient(g.url).list()
+        f = fleet()
+        f.executor.gateway = GatewayClient(g.url, api_key=secret)
+        caplog.set_level("DEBUG")
+        f.start("g1")
+        listed = httpx.get(g.url + "/workers", headers={"Authorization": f"Bearer {secret}"}, timeout=5).json()
+        assert [w["url"] for w in listed["workers"]] == [f.url("g1")]
+        f.drain("g1")
+        assert secret not in caplog.text
+        assert secret not in repr(f.executor.gateway)
+        with f.ledger.engine.connect() as conn:
+            for table in ("actions", "group_events", "fleet_groups", "controller_state", "decisions", "runs"):
+                for row in conn.execute(text(f"SELECT * FROM {table}")):
+                    assert secret not in str(row), table
+    finally:
+        g.proc.kill()
