@@ -1,0 +1,469 @@
+"""``autoscaler run``: the long-lived service.
+
+- **Leadership** (``service.leadership``): a lease in PostgreSQL, or an exclusive ``flock`` beside a
+  SQLite file. Only the leader builds a ``Controller`` and acts; a standby serves ``/healthz``,
+  ``/status`` and ``/metrics`` and takes over once the lease has expired, with epoch + 1. The lease
+  is renewed by its own job every ``retry_s``, apart from the tick.
+- **The tick** (APScheduler, one at a time: ``max_instances=1``, coalesced, misfires within one
+  interval run late rather than never): reload the policy if its file changed, then
+  ``Controller.tick()`` (reconcile, signals, decide, record, act), then the metrics.
+- **HTTP** on ``--listen`` from its own thread, never waiting on the tick: ``/healthz`` (200 while
+  ticks run on time, 503 when the last one is older than three intervals), ``/metrics``, ``/status``
+  (bearer ``AUTOSCALER_STATUS_TOKEN`` when set).
+- **Shutdown** on SIGTERM/SIGINT: the tick in progress finishes (a drain in progress is parked:
+  its state is in the database and the next start resumes it), the lease is released, the run is
+  ended, exit 0 within 30 s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from autoscaler import __version__
+from autoscaler.actuators import actuator_for
+from autoscaler.adapters.gateway import GatewayClient
+from autoscaler.adapters.worker_probe import WorkerProbe
+from autoscaler.core.bounds import effective_bounds
+from autoscaler.core.types import iso
+from autoscaler.errors import AutoscalerError, BadInput, RuntimeFailure
+from autoscaler.ledger.live import LiveLedger
+from autoscaler.ledger.store import Ledger
+from autoscaler.policy.loader import LoadedPolicy, PolicyInvalid, parse_policy
+from autoscaler.policy.model import ActuatorKind, Policy
+from autoscaler.service.controller import Controller, Controls
+from autoscaler.service.executor import CORE_PHASE, Executor
+from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.shadow import ShadowFleet
+from autoscaler.settings import Settings
+
+log = logging.getLogger("autoscaler.service")
+
+SHUTDOWN_BUDGET_S = 25.0  # SIGTERM -> exit 0 within 30 s
+
+
+class PolicyFile:
+    """The policy file on disk, re-read when it changes (size, mtime or content)."""
+
+    def __init__(self, path: str, loaded: LoadedPolicy) -> None:
+        self.path = path
+        self.good = loaded
+        self.error: str | None = None
+        self.error_sha: str | None = None
+        self._stat = self._fingerprint()
+
+    def _fingerprint(self) -> tuple[float, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size)
+
+    def check(self) -> tuple[str, LoadedPolicy | list[str] | None, str | None]:
+        """('same'|'valid'|'invalid', loaded policy or error lines, text)."""
+        fp = self._fingerprint()
+        if fp == self._stat and fp is not None:
+            return "same", None, None
+        self._stat = fp
+        try:
+            raw = Path(self.path).read_bytes()
+            text = raw.decode("utf-8")
+            if "\x00" in text:
+                raise UnicodeDecodeError("utf-8", raw, 0, 1, "NUL byte")
+        except OSError as exc:
+            return "invalid", [f"{self.path}: cannot read: {exc.strerror or exc}"], ""
+        except UnicodeDecodeError:
+            return "invalid", [f"{self.path}: not UTF-8 text"], raw.decode("utf-8", "replace")
+        try:
+            policy = parse_policy(text, self.path)
+        except PolicyInvalid as exc:
+            return "invalid", list(exc.errors), text
+        except BadInput as exc:
+            return "invalid", [str(exc)], text
+        loaded = LoadedPolicy(policy, self.path, text)
+        if loaded.sha256 == self.good.sha256:
+            return "same", None, None
+        return "valid", loaded, text
+
+
+class Service:
+    def __init__(
+        self,
+        settings: Settings,
+        loaded: LoadedPolicy,
+        *,
+        signals_mode: str = "prometheus",
+        instance: str | None = None,
+        status_token: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.policy_file = PolicyFile(loaded.path, loaded)
+        self.signals_mode = signals_mode
+        self.instance = instance or os.environ.get("AUTOSCALER_INSTANCE") or f"{os.uname().nodename}:{os.getpid()}"
+        self.status_token = status_token
+        self.clock = clock
+        self.metrics = ServiceMetrics(instance=self.instance, version=__version__)
+        self._set_policy_metrics(loaded.policy, loaded.sha256)
+        self.ledger = Ledger(settings.database_url)
+        self.live = LiveLedger(self.ledger)
+        from autoscaler.service import leadership
+
+        self.leadership = leadership.leadership_for(settings.database_url, self.instance)
+        self.leader_state = None
+        self.controller: Controller | None = None
+        self.last_tick_at: float | None = None
+        self.started_at = clock()
+        self._stop = threading.Event()
+        self._tick_lock = threading.Lock()
+        self._scheduler: BackgroundScheduler | None = None
+        self._http: ThreadingHTTPServer | None = None
+        self._gateway: GatewayClient | None = None
+        self._signals = None
+        self._saving_at = 0.0
+
+    # ------------------------------------------------------------------ wiring
+    @property
+    def loaded(self) -> LoadedPolicy:
+        return self.policy_file.good
+
+    def _set_policy_metrics(self, policy: Policy, sha: str) -> None:
+        self.metrics.set_policy(sha, policy.scaling.tick_interval_s, policy.drain.timeout_s, policy.slo.ttft_target_s)
+
+    def _make_signals(self, policy: Policy):
+        if self.signals_mode == "direct":
+            from autoscaler.adapters.direct_signals import DirectSignals
+
+            return DirectSignals(policy)
+        from autoscaler.adapters.prometheus import PrometheusClient, read_signals
+
+        client = PrometheusClient(self.settings.prometheus_url, timeout_s=policy.signals.timeout_s)
+        service = self
+
+        class _Prometheus:
+            def __init__(self) -> None:
+                self.policy = policy
+
+            def set_policy(self, p: Policy) -> None:
+                self.policy = p
+
+            def read(self, now: float, *, expected_groups):
+                return read_signals(self.policy, service.settings.prometheus_url, now,
+                                    expected_groups=expected_groups, client=client)
+
+            def close(self) -> None:
+                client.close()
+
+        return _Prometheus()
+
+    def _executor_factory(self, policy: Policy, live: LiveLedger, run_id: int, epoch: int):
+        if policy.actuator.kind is ActuatorKind.ADVISORY:
+            return ShadowFleet(policy, live, run_id=run_id, epoch=epoch, clock=self.clock)
+        actuator = actuator_for(policy)
+        if self._gateway is None:
+            self._gateway = GatewayClient(self.settings.gateway_url, api_key=self.settings.gateway_api_key)
+        return Executor(policy, live, self._gateway, actuator, WorkerProbe(metric_prefix=policy.signals.metric_prefix),
+                        run_id=run_id, epoch=epoch, clock=self.clock)
+
+    def _controls(self, now: float) -> Controls:
+        try:
+            from autoscaler.service import controls as ctl
+        except ImportError:  # pragma: no cover - the controls module is part of the package
+            return Controls()
+        return ctl.controls_for_controller(self.ledger.engine, now)
+
+    def _become_leader(self, epoch: int) -> None:
+        loaded = self.loaded
+        source = "advisory" if loaded.policy.actuator.kind is ActuatorKind.ADVISORY else "live"
+        self._signals = self._make_signals(loaded.policy)
+        self.controller = Controller(
+            loaded, self.ledger, self._signals, executor_factory=self._executor_factory, source=source,
+            epoch=epoch, instance=self.instance, controls=self._controls, clock=self.clock,
+        )
+        log.info("leading with epoch %d: run %d (%s)", epoch, self.controller.run_id, source)
+
+    def _lose_leadership(self, why: str) -> None:
+        if self.controller is not None:
+            log.warning("no longer leading (%s): stopped acting", why)
+        self.controller = None
+
+    # ------------------------------------------------------------------ jobs
+    def renew(self) -> None:
+        state = self.leadership.try_acquire_or_renew()
+        self.leader_state = state
+        self.metrics.leader.set(1 if state.leader else 0)
+        self.metrics.epoch.set(state.epoch or 0)
+        if state.leader and (self.controller is None or self.controller.epoch != state.epoch):
+            with self._tick_lock:
+                if self._stop.is_set():
+                    return
+                try:
+                    self._become_leader(state.epoch)
+                except AutoscalerError as exc:
+                    log.error("could not start leading: %s", exc)
+                    self.controller = None
+        elif not state.leader and self.controller is not None:
+            self._lose_leadership(f"lease held by {state.holder}")
+
+    def tick(self) -> None:
+        if not self._tick_lock.acquire(blocking=False):
+            return  # a tick is still running: this one is skipped (APScheduler also never overlaps)
+        t0 = time.monotonic()
+        try:
+            if self._stop.is_set():
+                return
+            state = self.leader_state
+            if state is None or not state.leader or self.controller is None:
+                self.last_tick_at = self.clock()
+                return
+            self._reload_policy()
+            controller = self.controller
+            controller.tick()
+            self._observe(controller)
+            self.last_tick_at = self.clock()
+            self.metrics.last_tick.set(self.last_tick_at)
+        except Exception:  # noqa: BLE001 - the scheduler loop is the one place that catches broadly
+            log.exception("tick failed; the next tick tries again")
+        finally:
+            self.metrics.tick_duration.observe(time.monotonic() - t0)
+            self._tick_lock.release()
+
+    def _reload_policy(self) -> None:
+        outcome, value, text = self.policy_file.check()
+        controller = self.controller
+        if outcome == "same" or controller is None:
+            return
+        now = self.clock()
+        if outcome == "invalid":
+            errors = value if isinstance(value, list) else ["invalid"]
+            self.policy_file.error = errors[0]
+            self.metrics.reload_errors.inc()
+            self.metrics.policy_error.set(1)
+            log.error("policy edit rejected, the last good policy keeps running: %s", " | ".join(errors))
+            try:
+                self.ledger.record_rejected_policy(at=now, text=text or "", errors=errors, path=self.policy_file.path,
+                                                   run_id=controller.run_id)
+            except RuntimeFailure as exc:
+                log.error("could not record the rejected policy: %s", exc)
+            controller.save_policy_state(error=errors[0])
+            return
+        assert isinstance(value, LoadedPolicy)
+        old_interval = self.loaded.policy.scaling.tick_interval_s
+        self.policy_file.good = value
+        self.policy_file.error = None
+        self.metrics.policy_error.set(0)
+        controller.reload(value)
+        self._set_policy_metrics(value.policy, value.sha256)
+        log.info("policy reloaded: %s (sha256 %s)", value.path, value.sha256[:12])
+        if value.policy.scaling.tick_interval_s != old_interval and self._scheduler is not None:
+            self._scheduler.reschedule_job("tick", trigger=IntervalTrigger(seconds=value.policy.scaling.tick_interval_s))
+
+    def _observe(self, c: Controller) -> None:
+        m = self.metrics
+        counts = {p: 0 for p in ("off", "starting", "ready", "draining", "stopping", "failed")}
+        fleet = c.executor.fleet_state()
+        for g in fleet.groups.values():
+            counts[g.phase.value] += 1
+        for phase, n in counts.items():
+            m.groups.labels(phase).set(n)
+        d = c.last_decision
+        if d is not None:
+            m.groups_desired.set(d.target_groups)
+            m.decisions.labels(str(d.action), str(d.reason)).inc()
+            m.last_decision.set(c.last_decision_at or 0)
+        m.groups_ceiling.set(effective_bounds(c.policy, self.clock()).ceiling)
+        m.paused.set(1 if c.controls.paused else 0)
+        cordoned = len(c.controls.cordoned)
+        if isinstance(c.executor, Executor):
+            cordoned = sum(1 for r in c.executor.records.values() if r.cordoned)
+            draining = [r.since for r in c.executor.records.values() if r.phase == "draining"]
+            m.drain_oldest_age.set(self.clock() - min(draining) if draining else 0)
+        m.groups_cordoned.set(cordoned)
+        report = c.last_report
+        if report is not None:
+            for _group, seconds, cut in report.drains_finished:
+                m.drain_duration.observe(seconds)
+                if cut:
+                    m.requests_cut.inc(cut)
+        snap = c.last_snapshot
+        if snap is not None:
+            for p in snap.problems:
+                m.signal_errors.labels(p.signal, p.kind).inc()
+            m.set_optional(m.fleet_requests, snap.fleet.running, "running")
+            m.set_optional(m.fleet_requests, snap.fleet.queued, "queued")
+            m.slo_ttft.set(float("nan") if snap.fleet.ttft_p99_s is None else snap.fleet.ttft_p99_s)
+        now = self.clock()
+        if now - self._saving_at >= 30 or self._saving_at == 0:
+            self._saving_at = now
+            try:
+                self._update_saving(c, now)
+            except (RuntimeFailure, ValueError) as exc:
+                log.debug("saving not updated: %s", exc)
+
+    def _update_saving(self, c: Controller, now: float) -> None:
+        from autoscaler.ledger.cost import FleetSize, Prices, cost_of, moment, usage_between
+        from autoscaler.ledger.store import fleet_shape
+
+        run = next(r for r in self.ledger.runs(source=c.source) if r.id == c.run_id)
+        data = self.ledger.period_data([run], run.started_at, now)
+        usage = usage_between(data.intervals[run.id], data.tokens[run.id], moment(run.started_at), moment(now),
+                              moment(now))
+        figures = cost_of(usage, Prices.from_cost(c.policy.cost.model_dump(mode="json")),
+                          FleetSize.from_fleet(fleet_shape(c.policy)))
+        self.metrics.saving.labels(c.policy.cost.currency).set(float(figures.baseline_variable_cost - figures.variable_cost))
+        self.metrics.node_hours.set(float(figures.node_hours))
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict[str, Any]:
+        """The /status object, answered from memory and a few small reads (never waits on a tick)."""
+        try:
+            from autoscaler.service.status import build_status
+
+            out = build_status(self.ledger.engine, self.clock())
+        except ImportError:
+            out = {}
+        except RuntimeFailure as exc:
+            out = {"error": str(exc)}
+        state = self.leader_state
+        c = self.controller
+        out["instance"] = self.instance
+        out["leader"] = bool(state and state.leader and c is not None)
+        out["epoch"] = int(state.epoch) if state and state.epoch else int(out.get("epoch") or 0)
+        good = self.loaded
+        out["policy"] = {"path": good.path, "hash": good.sha256, "loaded_at": out.get("policy", {}).get("loaded_at")
+                         if isinstance(out.get("policy"), dict) else None, "error": self.policy_file.error}
+        if c is not None:
+            if isinstance(c.executor, Executor):
+                out["groups"] = {n: {"phase": CORE_PHASE[r.phase].value, "since": iso(r.since), "cordoned": r.cordoned}
+                                 for n, r in c.executor.records.items()}
+            else:
+                out["groups"] = {n: {"phase": g.phase.value, "since": iso(g.since), "cordoned": False}
+                                 for n, g in c.executor.fleet_state().groups.items()}
+            out["paused"] = c.controls.paused
+            pin = c.controls.pin
+            out["pin"] = None if pin is None else {"groups": pin["groups"], "until": iso(pin["until"]),
+                                                   "by": pin.get("by"), "reason": pin.get("reason")}
+            d = c.last_decision
+            if d is not None:
+                out["last_decision"] = {"at": iso(c.last_decision_at), "action": str(d.action),
+                                        "target_groups": d.target_groups, "group": d.group, "reason": str(d.reason),
+                                        "detail": d.detail}
+        out.setdefault("paused", False)
+        out.setdefault("groups", {})
+        out.setdefault("pin", None)
+        out.setdefault("last_decision", None)
+        return out
+
+    def healthy(self) -> tuple[bool, str]:
+        interval = self.loaded.policy.scaling.tick_interval_s
+        last = self.last_tick_at or self.started_at
+        age = self.clock() - last
+        if age > 3 * interval + 1:
+            return False, f"the last tick is {age:.0f} s old (interval {interval:g} s)"
+        return True, "ok"
+
+    # ------------------------------------------------------------------ lifecycle
+    def serve_http(self) -> None:
+        host, _, port = self.settings.listen.rpartition(":")
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # access logs off: one line per scrape is noise
+                pass
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                path = self.path.split("?", 1)[0]
+                if path == "/healthz":
+                    ok, why = service.healthy()
+                    self._send(200 if ok else 503, (why + "\n").encode(), "text/plain")
+                elif path == "/metrics":
+                    self._send(200, service.metrics.render(), service.metrics.content_type)
+                elif path == "/status":
+                    token = service.status_token
+                    if token and self.headers.get("Authorization") != f"Bearer {token}":
+                        self._send(401, b'{"error": "a bearer token is required (AUTOSCALER_STATUS_TOKEN)"}\n',
+                                   "application/json")
+                        return
+                    body = json.dumps(service.status(), default=str).encode() + b"\n"
+                    self._send(200, body, "application/json")
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+        try:
+            self._http = ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
+        except OSError as exc:
+            raise RuntimeFailure(f"--listen {self.settings.listen}: cannot listen: {exc.strerror or exc}") from exc
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, name="http", daemon=True).start()
+        log.info("serving /healthz, /metrics and /status on http://%s:%s", host, self._http.server_address[1])
+
+    def run(self, *, once: bool = False) -> int:
+        self.renew()
+        if once:
+            if self.controller is None:
+                state = self.leader_state
+                raise RuntimeFailure(f"not the leader: the lease is held by {state.holder if state else 'another instance'}")
+            self.tick()
+            self.shutdown("--once")
+            return 0
+        self.serve_http()
+        interval = self.loaded.policy.scaling.tick_interval_s
+        sched = self._scheduler = BackgroundScheduler(timezone="UTC")
+        retry = getattr(self.leadership, "retry_s", 2.0)
+        sched.add_job(self.renew, IntervalTrigger(seconds=retry), id="lease", max_instances=1, coalesce=True,
+                      misfire_grace_time=max(1, int(retry)))
+        sched.add_job(self.tick, IntervalTrigger(seconds=interval), id="tick", max_instances=1, coalesce=True,
+                      misfire_grace_time=max(1, int(interval)), next_run_time=None)
+        sched.start()
+        sched.modify_job("tick", next_run_time=datetime.now(timezone.utc))  # the first tick at once
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: self._stop.set())
+        while not self._stop.wait(0.5):
+            pass
+        self.shutdown("SIGTERM")
+        return 0
+
+    def shutdown(self, why: str) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + SHUTDOWN_BUDGET_S
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+        got = self._tick_lock.acquire(timeout=max(0.1, deadline - time.monotonic()))  # the tick in progress ends
+        try:
+            if self.controller is not None:
+                self.controller.end(f"stopped ({why}); drains in progress resume at the next start")
+                self.controller = None
+            try:
+                self.leadership.release()
+            except Exception as exc:  # noqa: BLE001 - releasing is best effort; the lease expires anyway
+                log.warning("lease not released: %s", exc)
+        finally:
+            if got:
+                self._tick_lock.release()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        if self._signals is not None and hasattr(self._signals, "close"):
+            self._signals.close()
+        if self._gateway is not None:
+            self._gateway.close()
+        self.ledger.close()
+        log.info("stopped (%s)", why)
