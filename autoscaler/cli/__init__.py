@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "autoscaler.cli.why_cmd",
     "autoscaler.cli.emulate_cmd",
     "autoscaler.cli.signals_cmd",
+    "autoscaler.cli.control_cmd",
 ]
 
 
