@@ -137,6 +137,7 @@ class GroupState:
     name: str
     phase: Phase
     since: float  # when the group entered this phase (epoch s)
+    cordoned: bool = False  # an operator (or repeated start failures) took it out: never a start candidate
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ Victim (the group whose loss costs least), by a deterministic key:
 Groups ready for less than ``scaling.scale_down.min_group_uptime_s`` are not candidates.
 
 Start order: a draining group first (returning it is the cheapest capacity there is), then off
-groups in the policy's order. Failed groups are never started automatically.
+groups in the policy's order. Failed and cordoned groups are never started automatically.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def choose_victim(
 
 
 def groups_to_start(fleet: FleetState, count: int) -> list[str]:
-    """Up to ``count`` groups to bring into service: draining ones first, then off ones in order."""
-    draining = [g.name for g in fleet.groups.values() if g.phase is Phase.DRAINING]
-    off = [g.name for g in fleet.groups.values() if g.phase is Phase.OFF]
+    """Up to ``count`` groups to bring into service: draining ones first, then off ones in order.
+    A cordoned group is never one of them (not even back from draining)."""
+    draining = [g.name for g in fleet.groups.values() if g.phase is Phase.DRAINING and not g.cordoned]
+    off = [g.name for g in fleet.groups.values() if g.phase is Phase.OFF and not g.cordoned]
     return (draining + off)[:count]

@@ -192,6 +192,11 @@ def why_at(ledger: Ledger, at: float, *, source: str = "live", group: str | None
     if group is not None and group not in groups:
         raise BadInput(f"--group: {group!r} is not in run {run.id}'s fleet ({', '.join(groups)})")
     answers = [explain_group(ledger, run, g, list(groups[g]), at) for g in groups if group in (None, g)]
+    controls = _controls_at(ledger, at)
+    for a in answers:  # an operator's cordon says who took the group out and why
+        if a.group in controls.cordoned:
+            n = controls.cordoned[a.group]
+            a.note += f" It was cordoned by {n.by} at {iso(n.at)} ({n.reason}): never started until uncordoned."
     last = ledger.decisions(run.id, end=at, limit=LAST_DECISIONS, newest_first=True)
     on_nodes = sum(1 for iv in ledger.intervals_at(run.id, at) if iv.state == "active")
     return {
@@ -200,7 +205,15 @@ def why_at(ledger: Ledger, at: float, *, source: str = "live", group: str | None
         "active_nodes": on_nodes,
         "groups": [a.to_dict() for a in answers],
         "last_decisions": [decision_dict(d) for d in reversed(last)],
+        "controls": controls.to_dict(),
     }
+
+
+def _controls_at(ledger: Ledger, at: float):
+    """The operator controls in force at ``at`` (pin, pause, cordons, with who and why)."""
+    from autoscaler.service.controls import effective_controls
+
+    return effective_controls(ledger.engine, at)
 
 
 def why_range(ledger: Ledger, start: float, end: float, *, source: str = "live", group: str | None = None,
@@ -232,6 +245,14 @@ def render_at(answer: dict[str, Any]) -> str:
     lines = [f"At {answer['at']} ({run['source']} run {run['id']}"
              + (f" \"{run['label']}\"" if run["label"] else "")
              + f", policy {run['policy_sha256'][:12]}): {answer['active_nodes']} nodes active.", ""]
+    controls = answer.get("controls") or {}
+    if controls.get("pin"):
+        p = controls["pin"]
+        lines += [f"An operator pin was in force: {p['groups']} groups until {p['until']}, set by {p['by']} at "
+                  f"{p['at']} ({p['reason']}); it overrides the policy's schedules.", ""]
+    if controls.get("pause"):
+        p = controls["pause"]
+        lines += [f"The controller was paused (advisory, nothing acted on) by {p['by']} at {p['at']} ({p['reason']}).", ""]
     for g in answer["groups"]:
         lines.append(g["explanation"])
         lines.append("")

@@ -1,0 +1,295 @@
+"""Operator controls and status: ``pin``, ``unpin``, ``pause``, ``resume``, ``cordon``,
+``uncordon`` (written to the ledger, obeyed by the running leader within one tick) and
+``status`` (the ``/status`` object, from the database or from a running service).
+
+They need only ``--db`` (or ``AUTOSCALER_DATABASE_URL``). Each control is recorded with who
+(``--by``, default the login name from ``getpass.getuser()``) and why (``--reason``, required).
+A control may create the ledger on a fresh path; it never writes into a database that is not a
+ledger. ``status`` only reads: it never creates, migrates or writes the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from autoscaler.cli.common import print_json
+from autoscaler.core.types import iso, parse_time
+from autoscaler.errors import BadInput, RuntimeFailure
+from autoscaler.settings import load_settings, redact_url
+
+CONTROLS = {
+    "pin": "hold exactly N groups until T (overrides the policy's schedules.pin; expires by itself)",
+    "unpin": "end the operator's pin now",
+    "pause": "make the running controller advisory: it decides and records, and acts on nothing",
+    "resume": "end a pause: the controller acts again",
+    "cordon": "take GROUP out of service: drained and never started until uncordoned",
+    "uncordon": "return a cordoned GROUP (also one cordoned after failed starts)",
+}
+MAX_GROUPS = 64
+STATUS_TIMEOUT_S = 5.0
+
+
+def _db_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", metavar="URL", help="ledger database (default: $AUTOSCALER_DATABASE_URL, "
+                   "else sqlite:///autoscaler.db)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    for kind, words in CONTROLS.items():
+        p = sub.add_parser(kind, help=words, description=words)
+        if kind in ("cordon", "uncordon"):
+            p.add_argument("group", metavar="GROUP", help="the group's name, as in the policy")
+        if kind == "pin":
+            p.add_argument("--groups", metavar="N",
+                           help=f"how many groups to hold, 0..{MAX_GROUPS} (no policy is read here: the running "
+                                "controller clamps the pin to its floor and ceiling)")
+            p.add_argument("--until", metavar="T", help="when the pin expires (ISO 8601, in the future; UTC "
+                                                         "without a zone)")
+        _db_arg(p)
+        p.add_argument("--by", metavar="NAME", help="who (default: your login name)")
+        p.add_argument("--reason", metavar="TEXT", help="why (required; recorded with the control)")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(func=_run_control, kind=kind)
+
+    p = sub.add_parser("status", help="what the controller is doing: leader, epoch, pause, pin, groups, last decision")
+    _db_arg(p)
+    p.add_argument("--server", metavar="URL", help="ask a running service (GET URL/status; bearer "
+                   "$AUTOSCALER_STATUS_TOKEN when set) instead of the database")
+    p.add_argument("--json", action="store_true", help="print the /status object")
+    p.set_defaults(func=_run_status)
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def _who(by: str | None) -> str:
+    if by is not None:
+        if not by.strip():
+            raise BadInput("--by: empty; give a name")
+        return by.strip()
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no USER/LOGNAME and no passwd entry (a bare container)
+        raise BadInput("--by: cannot tell who you are (no login name); give --by NAME") from None
+
+
+def _reason(reason: str | None) -> str:
+    if reason is None or not reason.strip():
+        raise BadInput("--reason is required: say why (it is recorded with who and when)")
+    return reason.strip()
+
+
+def _pin_args(groups: str | None, until: str | None, now: float) -> tuple[int, float]:
+    if groups is None:
+        raise BadInput("pin: --groups N is required")
+    if until is None:
+        raise BadInput("pin: --until T is required (a pin always expires)")
+    digits = groups.strip()
+    if not digits.isdigit() or not 0 <= int(digits) <= MAX_GROUPS:
+        raise BadInput(f"--groups: {groups!r} is not a whole number from 0 to {MAX_GROUPS} (no policy is read here: "
+                       "the running controller clamps the pin to its floor and ceiling)")
+    n = int(digits)
+    try:
+        t = parse_time(until)
+    except ValueError:
+        raise BadInput(f"--until: {until!r} is not an ISO 8601 time (e.g. 2026-12-01T18:00:00Z)") from None
+    if t <= now:
+        raise BadInput(f"--until: {iso(t)} is not in the future (now {iso(now)})")
+    return n, t
+
+
+def _group(group: str | None) -> str:
+    if group is None or not group.strip():
+        raise BadInput("GROUP: empty; give the group's name, as in the policy")
+    return group.strip()
+
+
+# ------------------------------------------------------------------------------- databases
+
+
+def _tables(engine) -> set[str]:
+    from sqlalchemy import inspect
+
+    with engine.connect() as conn:
+        return set(inspect(conn).get_table_names())
+
+
+def _open_for_write(url: str):
+    """A Ledger to write controls into: created on a fresh path or an empty database, upgraded if
+    older; a database with other tables and no ledger is refused (exit 2)."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from autoscaler.ledger.schema import make_engine, one_line
+    from autoscaler.ledger.store import Ledger
+
+    engine = make_engine(url)
+    try:
+        tables = _tables(engine)
+    except (DBAPIError, SQLAlchemyError) as exc:
+        raise RuntimeFailure(f"ledger database {redact_url(url)}: {one_line(exc)}") from exc
+    finally:
+        engine.dispose()
+    if tables and "alembic_version" not in tables:
+        names = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise BadInput(f"--db: {redact_url(url)} is not an autoscaler ledger (it has other tables: {names}); "
+                       "refusing to write into it")
+    return Ledger(url)
+
+
+def _open_for_read(url: str):
+    """An engine on an existing ledger at this code's schema revision; never creates or migrates."""
+    from pathlib import Path
+
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from autoscaler.ledger.schema import code_head, database_revision, make_engine, one_line
+    from autoscaler.service.leadership import sqlite_path
+
+    if url.startswith("sqlite"):
+        path = sqlite_path(url)
+        if path is not None and not Path(path).exists():
+            raise RuntimeFailure(f"no ledger database at {path} ({redact_url(url)}): no controller has run there")
+    engine = make_engine(url)
+    try:
+        tables = _tables(engine)
+        if "alembic_version" not in tables:
+            raise RuntimeFailure(f"{redact_url(url)} is not an autoscaler ledger (no schema revision): "
+                                 "no controller has run there")
+        with engine.connect() as conn:
+            revision = database_revision(conn)
+    except (DBAPIError, SQLAlchemyError) as exc:
+        engine.dispose()
+        raise RuntimeFailure(f"ledger database {redact_url(url)}: {one_line(exc)}") from exc
+    except RuntimeFailure:
+        engine.dispose()
+        raise
+    head = code_head()
+    if revision != head:
+        engine.dispose()
+        raise RuntimeFailure(f"the ledger {redact_url(url)} is at schema revision {revision}, this autoscaler's is "
+                             f"{head}: status reads it only at the same revision (the controller upgrades it)")
+    return engine
+
+
+# ---------------------------------------------------------------------------------- commands
+
+
+def _run_control(args: argparse.Namespace) -> int:
+    from autoscaler.service.controls import effective_controls, record_control
+
+    now = time.time()
+    kind = args.kind
+    reason = _reason(args.reason)
+    by = _who(args.by)
+    groups = until = group = None
+    if kind == "pin":
+        groups, until = _pin_args(args.groups, args.until, now)
+    if kind in ("cordon", "uncordon"):
+        group = _group(args.group)
+    settings = load_settings(db=args.db)
+    notes: list[str] = []
+    with _open_for_write(settings.database_url) as ledger:
+        before = effective_controls(ledger, now)
+        if group is not None:
+            known = _fleet_groups(ledger)
+            if not known:
+                notes.append(f"no controller has recorded the fleet in this ledger yet: {group!r} was not checked "
+                             "against it")
+            elif group not in known:
+                raise BadInput(f"{kind}: no group {group!r} in the fleet the controller recorded "
+                               f"(known: {', '.join(known)})")
+        if kind == "unpin" and before.pin is None:
+            notes.append("no operator pin was in force")
+        if kind == "resume" and not before.paused:
+            notes.append("the controller was not paused")
+        if kind == "pause" and before.paused:
+            notes.append(f"already paused by {before.pause.by} at {iso(before.pause.at)}")  # type: ignore[union-attr]
+        if kind == "cordon" and group in before.cordoned:
+            notes.append(f"{group} was already cordoned by {before.cordoned[group].by}")
+        if kind == "uncordon" and group not in before.cordoned:
+            notes.append(f"{group} had no operator cordon (this also clears a cordon after failed starts)")
+        record = record_control(ledger, kind, by=by, reason=reason, group=group, groups=groups, until=until, at=now)
+        after = effective_controls(ledger, now)
+    if args.json:
+        print_json({"control": record.to_dict(), "in_force": after.to_dict(), "notes": notes})
+        return 0
+    what = {"pin": f"pinned at {groups} groups until {iso(until)}", "unpin": "unpinned", "pause": "paused",
+            "resume": "resumed", "cordon": f"cordoned {group}", "uncordon": f"uncordoned {group}"}[kind]
+    out = [f"{what} by {by}: {reason} (control #{record.id} at {iso(now)}; the running leader obeys it within one "
+           "tick)"]
+    out += [f"note: {n}" for n in notes]
+    in_force = after.lines()
+    out.append("in force now: " + ("; ".join(in_force) if in_force else "no operator controls"))
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _fleet_groups(ledger) -> list[str]:
+    from sqlalchemy import select
+
+    from autoscaler.ledger.models import FleetGroupRow
+
+    with ledger.engine.connect() as conn:
+        return list(conn.execute(select(FleetGroupRow.name).order_by(FleetGroupRow.name)).scalars())
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    if args.server and args.db:
+        raise BadInput("status: give either --db or --server, not both")
+    if args.server:
+        status = _status_from_server(args.server)
+    else:
+        from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+        from autoscaler.ledger.schema import one_line
+        from autoscaler.service.status import build_status
+
+        settings = load_settings(db=args.db)
+        engine = _open_for_read(settings.database_url)
+        try:
+            status = build_status(engine, time.time())
+        except (DBAPIError, SQLAlchemyError) as exc:
+            raise RuntimeFailure(f"ledger database {redact_url(settings.database_url)}: {one_line(exc)}") from exc
+        finally:
+            engine.dispose()
+    if args.json:
+        print_json(status)
+    else:
+        from autoscaler.service.status import render_status
+
+        sys.stdout.write(render_status(status))
+    return 0
+
+
+def _status_from_server(base: str) -> dict[str, Any]:
+    import urllib.error
+    import urllib.request
+
+    if not base.startswith(("http://", "https://")):
+        raise BadInput(f"--server: {base!r} is not an http(s) URL (e.g. http://127.0.0.1:9108)")
+    request = urllib.request.Request(base.rstrip("/") + "/status", headers={"Accept": "application/json"})
+    token = os.environ.get("AUTOSCALER_STATUS_TOKEN")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=STATUS_TIMEOUT_S) as response:
+            body = response.read(1_000_000)
+    except urllib.error.HTTPError as exc:
+        hint = " (set AUTOSCALER_STATUS_TOKEN)" if exc.code in (401, 403) else ""
+        raise RuntimeFailure(f"--server {base}: GET /status answered {exc.code}{hint}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RuntimeFailure(f"--server {base}: cannot reach it: {reason}") from None
+    try:
+        status = json.loads(body)
+    except ValueError:
+        raise RuntimeFailure(f"--server {base}: /status did not answer JSON") from None
+    if not isinstance(status, dict):
+        raise RuntimeFailure(f"--server {base}: /status did not answer a JSON object")
+    return status
