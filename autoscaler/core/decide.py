@@ -177,7 +177,7 @@ def decide(
 ) -> tuple[Decision, Memory]:
     """One decision and the memory to pass to the next tick."""
     t = _Tick(signals, fleet, policy, memory, now)
-    for rule in (_unsynced, _below_floor, _above_ceiling, _scale_up, _signal_problem, _scale_down):
+    for rule in (_unsynced, _below_floor, _above_ceiling, _cordoned, _scale_up, _signal_problem, _scale_down):
         result = rule(t)
         if result is not None:
             return result
@@ -354,6 +354,37 @@ def _above_ceiling(t: _Tick):
         detail += f" (inside freeze window {freeze}: the ceiling wins)"
     victim = choose_victim(t.ready, t.order, dict(t.signals.groups))
     return _drain(t, victim.name, reason, detail)  # type: ignore[union-attr]
+
+
+def _cordoned(t: _Tick):
+    """An active group an operator cordoned is drained, one at a time; when that would leave fewer
+    active groups than the floor, a replacement is started first (and the decision says so when
+    no group can be). No signals needed: a cordon is maintenance, not a load decision."""
+    cordoned = [g for g in t.ready + t.starting if g.cordoned]
+    if not cordoned:
+        return None
+    names = ", ".join(g.name for g in cordoned)
+    if t.draining:
+        busy = ", ".join(g.name for g in t.draining)
+        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{names} cordoned; waiting for {busy} to finish draining",
+                     _no_surplus(t.memory))
+    # Only groups that serve count for the floor: a replacement still starting is not capacity yet.
+    keep = sum(1 for g in t.ready if not g.cordoned)
+    floor = t.bounds.floor
+    if keep >= floor:
+        ready = [g for g in t.ready if g.cordoned]
+        if not ready:
+            return _hold(t, Reason.ACTION_IN_FLIGHT, f"{names} cordoned while starting; draining it once it is ready",
+                         _no_surplus(t.memory))
+        victim = min(ready, key=lambda g: t.order[g.name])
+        return _drain(t, victim.name, Reason.CORDONED,
+                      f"{victim.name} is cordoned by an operator; {keep} other ready groups keep floor {floor}")
+    replacements = [g for g in t.starting if not g.cordoned]
+    if replacements:
+        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{names} cordoned; waiting for the replacement "
+                     f"{', '.join(g.name for g in replacements)} before draining", _no_surplus(t.memory))
+    return _start(t, 1, Reason.CORDONED, f"{names} cordoned: draining would leave {keep} ready groups, below "
+                  f"floor {floor}, so a replacement starts first")
 
 
 def _scale_down(t: _Tick):

@@ -49,6 +49,8 @@ class Reason(StrEnum):
     PIN = "pin"  # a manual pin asks for a different size
     # scale_down
     ABOVE_CEILING = "above_ceiling"  # more active groups than the effective ceiling (a schedule cap)
+    # scale_down or scale_up
+    CORDONED = "cordoned"  # an operator cordoned an active group: drain it (a replacement first if the floor needs one)
     SURPLUS = "surplus"  # the remaining groups carry demand and forecast under the threshold
 
 

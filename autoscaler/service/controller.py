@@ -24,7 +24,8 @@ from autoscaler.errors import AutoscalerError, RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.ledger.store import Ledger
 from autoscaler.policy.loader import LoadedPolicy
-from autoscaler.policy.model import Pin, Policy
+from autoscaler.policy.model import Policy
+from autoscaler.service.controls import Controls, policy_with_pin, with_cordons
 from autoscaler.service.executor import Executor, RecordsUnavailable, TickReport
 
 log = logging.getLogger("autoscaler.controller")
@@ -36,16 +37,6 @@ POLICY_KEY = "policy"
 
 class SignalSource(Protocol):
     def read(self, now: float, *, expected_groups: list[str]) -> SignalSnapshot: ...
-
-
-@dataclass(frozen=True)
-class Controls:
-    """What operators asked for, in force now (``service.controls`` builds it from the database)."""
-
-    pin: dict[str, Any] | None = None  # {"groups", "until", "by", "reason"}
-    paused: bool = False
-    pause: dict[str, Any] | None = None
-    cordoned: dict[str, dict[str, Any]] = field(default_factory=dict)  # group -> {"by", "reason", "at"}
 
 
 ControlsProvider = Callable[[float], Controls]
@@ -68,15 +59,14 @@ def memory_from_json(data: Any, policy: Policy, at: float) -> Memory:
         return Memory()
 
 
-def with_pin(policy: Policy, pin: dict[str, Any] | None) -> Policy:
-    """The policy the core sees: an operator's pin overrides the policy's own ``schedules.pin``."""
-    if pin is None:
-        return policy
-    from datetime import datetime, timezone
+def latest_uncordon(ledger: Ledger, group: str) -> float | None:
+    from sqlalchemy import func, select
 
-    until = datetime.fromtimestamp(float(pin["until"]), tz=timezone.utc)
-    op_pin = Pin(groups=int(pin["groups"]), until=until, note=f"operator pin by {pin.get('by')}: {pin.get('reason')}")
-    return policy.model_copy(update={"schedules": policy.schedules.model_copy(update={"pin": op_pin})})
+    from autoscaler.ledger.models import OperatorControlRow
+
+    with ledger._read() as conn:
+        return conn.execute(select(func.max(OperatorControlRow.at)).where(
+            OperatorControlRow.kind == "uncordon", OperatorControlRow.group_name == group)).scalar()
 
 
 class Controller:
@@ -162,18 +152,12 @@ class Controller:
 
     # ------------------------------------------------------------------ the tick
     def _core_policy(self) -> Policy:
-        return with_pin(self.policy, self.controls.pin)
+        """The policy the core decides with: an operator's pin in force overrides schedules.pin."""
+        return policy_with_pin(self.policy, self.controls, self.clock())
 
     def _fleet(self) -> FleetState:
-        fleet = self.executor.fleet_state()
-        if not self.controls.cordoned:
-            return fleet
-        groups = {}
-        for name, g in fleet.groups.items():
-            if name in self.controls.cordoned and g.phase is Phase.OFF:
-                g = GroupState(name, Phase.FAILED, g.since)  # cordoned: never a start candidate
-            groups[name] = g
-        return FleetState(groups, fleet.synced)
+        """The fleet as the core sees it, with the operators' cordons marked."""
+        return with_cordons(self.executor.fleet_state(), self.controls)
 
     def _snapshot(self, now: float, fleet: FleetState) -> SignalSnapshot:
         expected = [n for n, g in fleet.groups.items() if g.phase is Phase.READY]
@@ -247,18 +231,21 @@ class Controller:
         return decision
 
     def _apply_cordons(self) -> None:
+        """Record operators' cordons on the groups; an ``uncordon`` recorded after a group was
+        cordoned (by an operator, or after its last failed start) returns it."""
         if not isinstance(self.executor, Executor):
             return
         for name, rec in list(self.executor.records.items()):
-            wanted = name in self.controls.cordoned
-            if wanted and not rec.cordoned:
-                c = self.controls.cordoned[name]
-                self.executor.cordon(name, True, f"operator cordon by {c.get('by')}: {c.get('reason')}")
-            elif not wanted and rec.cordoned and self._was_operator_cordon(rec.cause):
-                self.executor.cordon(name, False, "operator uncordon")
-
-    def _was_operator_cordon(self, cause: str | None) -> bool:
-        return True
+            wanted = self.controls.cordoned.get(name)
+            if wanted is not None and not rec.cordoned:
+                self.executor.cordon(name, True, f"operator cordon by {wanted.by}: {wanted.reason}")
+            elif wanted is None and rec.cordoned:
+                if (rec.cause or "").startswith("operator cordon"):
+                    self.executor.cordon(name, False, "operator uncordon")  # the operator's cordon ended
+                    continue
+                released = latest_uncordon(self.ledger, name)  # cordoned after failed starts (since = then)
+                if released is not None and released >= rec.since - 1e-6:
+                    self.executor.cordon(name, False, "operator uncordon")
 
     def _log_decision(self, decision: Decision, fleet: FleetState, snapshot: SignalSnapshot, steps: list[str],
                       seconds: float) -> None:

@@ -126,16 +126,16 @@ class Executor:
         return next(g for g in self.policy.fleet.groups if g.name == name)
 
     def fleet_state(self) -> FleetState:
-        """The fleet as the core sees it. A group in retry backoff or cordoned is not startable:
-        the core sees it as failed."""
+        """The fleet as the core sees it. A group in retry backoff is not startable: the core sees it
+        as failed. A cordoned group is marked (the core never starts it and drains it if active)."""
         now = self.clock()
         groups = {}
         for g in self.policy.fleet.groups:
             rec = self.records[g.name]
             phase = CORE_PHASE[rec.phase]
-            if phase is Phase.OFF and (rec.cordoned or (rec.retry_at is not None and now < rec.retry_at)):
+            if phase is Phase.OFF and rec.retry_at is not None and now < rec.retry_at:
                 phase = Phase.FAILED
-            groups[g.name] = GroupState(g.name, phase, rec.since)
+            groups[g.name] = GroupState(g.name, phase, rec.since, cordoned=rec.cordoned)
         return FleetState(groups, synced=self._listed is not None)
 
     def _write(self, rec: GroupRecord, now: float, event: str | None = None, detail: str = "",
@@ -535,8 +535,10 @@ class Executor:
         if rec is None or rec.cordoned == cordoned:
             return
         now = self.clock()
-        changes = {"cordoned": cordoned}
-        if not cordoned:
+        changes: dict = {"cordoned": cordoned}
+        if cordoned:
+            changes["cause"] = why
+        else:
             changes.update(attempts=0, retry_at=None, cause=None)
             if rec.phase == "failed":
                 changes.update(phase="off", since=now)

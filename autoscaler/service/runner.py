@@ -181,7 +181,7 @@ class Service:
             from autoscaler.service import controls as ctl
         except ImportError:  # pragma: no cover - the controls module is part of the package
             return Controls()
-        return ctl.controls_for_controller(self.ledger.engine, now)
+        return ctl.effective_controls(self.ledger.engine, now)
 
     def _become_leader(self, epoch: int) -> None:
         loaded = self.loaded
@@ -330,7 +330,7 @@ class Service:
         try:
             from autoscaler.service.status import build_status
 
-            out = build_status(self.ledger.engine, self.clock())
+            out = build_status(self.ledger.engine, self.clock(), instance=self.instance)
         except ImportError:
             out = {}
         except RuntimeFailure as exc:
@@ -352,8 +352,8 @@ class Service:
                                  for n, g in c.executor.fleet_state().groups.items()}
             out["paused"] = c.controls.paused
             pin = c.controls.pin
-            out["pin"] = None if pin is None else {"groups": pin["groups"], "until": iso(pin["until"]),
-                                                   "by": pin.get("by"), "reason": pin.get("reason")}
+            if pin is not None:
+                out["pin"] = {"groups": pin.groups, "until": iso(pin.until), "by": pin.by, "reason": pin.reason}
             d = c.last_decision
             if d is not None:
                 out["last_decision"] = {"at": iso(c.last_decision_at), "action": str(d.action),

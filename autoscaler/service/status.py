@@ -56,7 +56,9 @@ def _build(conn: Connection, now: float, instance: str | None, leader: bool | No
     groups = {}
     for row in conn.execute(select(FleetGroupRow.name, FleetGroupRow.phase, FleetGroupRow.since,
                                    FleetGroupRow.cordoned).order_by(FleetGroupRow.name)):
-        groups[row.name] = {"phase": row.phase, "since": iso(row.since),
+        # ``registering`` is a step inside ``starting`` for the core and for /status.
+        phase = "starting" if row.phase == "registering" else row.phase
+        groups[row.name] = {"phase": phase, "since": iso(row.since),
                             "cordoned": bool(row.cordoned) or row.name in controls.cordoned}
 
     policy_row = conn.execute(select(ControllerStateRow.value).where(ControllerStateRow.key == "policy")).first()
