@@ -103,6 +103,7 @@ class Executor:
         self.recheck: Recheck | None = None
         self._listed: list[GatewayWorker] | None = None  # this tick's gateway listing (None: unreadable)
         self._orphans: set[str] = set()  # off groups found running at start-up
+        self._reconciled = False
 
     # ---------------------------------------------------------------------------- state
     def _load_records(self) -> dict[str, GroupRecord]:
@@ -136,7 +137,10 @@ class Executor:
             if phase is Phase.OFF and rec.retry_at is not None and now < rec.retry_at:
                 phase = Phase.FAILED
             groups[g.name] = GroupState(g.name, phase, rec.since, cordoned=rec.cordoned)
-        return FleetState(groups, synced=self._listed is not None)
+        # Synced once a reconcile has read the records and settled each group. An unreachable gateway
+        # does not unsync the fleet: the records say what each group is; registrations and drains
+        # wait for the gateway, but a scale-up (starting nodes) need not.
+        return FleetState(groups, synced=self._reconciled)
 
     def _write(self, rec: GroupRecord, now: float, event: str | None = None, detail: str = "",
                node_state: str | None = None, decision_id: int | None = None) -> GroupRecord:
@@ -256,6 +260,8 @@ class Executor:
                 report.steps.append(f"{g.name}: {exc}")
                 log.error("%s", exc)
                 break
+        else:
+            self._reconciled = True
         return report
 
     def _settle_off(self, g: Group, rec: GroupRecord, report: TickReport) -> None:

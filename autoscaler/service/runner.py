@@ -93,7 +93,8 @@ class PolicyFile:
             return "invalid", [str(exc)], text
         loaded = LoadedPolicy(policy, self.path, text)
         if loaded.sha256 == self.good.sha256:
-            return "same", None, None
+            # Back to the running policy's text: nothing to reload, but a rejected edit is over.
+            return ("restored" if self.error is not None else "same"), None, None
         return "valid", loaded, text
 
 
@@ -245,6 +246,12 @@ class Service:
         if outcome == "same" or controller is None:
             return
         now = self.clock()
+        if outcome == "restored":
+            self.policy_file.error = None
+            self.metrics.policy_error.set(0)
+            controller.save_policy_state(error=None)
+            log.info("policy file valid again (the running policy's text)")
+            return
         if outcome == "invalid":
             errors = value if isinstance(value, list) else ["invalid"]
             self.policy_file.error = errors[0]
@@ -345,10 +352,11 @@ class Service:
                          if isinstance(out.get("policy"), dict) else None, "error": self.policy_file.error}
         if c is not None:
             if isinstance(c.executor, Executor):
-                out["groups"] = {n: {"phase": CORE_PHASE[r.phase].value, "since": iso(r.since), "cordoned": r.cordoned}
+                out["groups"] = {n: {"phase": CORE_PHASE[r.phase].value, "since": iso(r.since),
+                                     "cordoned": r.cordoned or n in c.controls.cordoned}
                                  for n, r in c.executor.records.items()}
             else:
-                out["groups"] = {n: {"phase": g.phase.value, "since": iso(g.since), "cordoned": False}
+                out["groups"] = {n: {"phase": g.phase.value, "since": iso(g.since), "cordoned": n in c.controls.cordoned}
                                  for n, g in c.executor.fleet_state().groups.items()}
             out["paused"] = c.controls.paused
             pin = c.controls.pin
@@ -416,6 +424,8 @@ class Service:
         log.info("serving /healthz, /metrics and /status on http://%s:%s", host, self._http.server_address[1])
 
     def run(self, *, once: bool = False) -> int:
+        if getattr(self.leadership, "exclusive", False):
+            self.leadership.acquire()  # SQLite: a second instance exits 1 naming the holder (LeaseHeld)
         self.renew()
         if once:
             if self.controller is None:
