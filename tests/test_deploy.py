@@ -349,11 +349,15 @@ def test_containerfile_shape():
     health = [rest for w, rest in final if w == "HEALTHCHECK"]
     assert len(health) == 1 and "/healthz" in health[0]
     assert [json.loads(rest) for w, rest in final if w == "ENTRYPOINT"] == [["autoscaler", "run"]]
-    # everything it copies from the build context exists in the repository (the context is its root)
+    # everything it copies from the build context exists in the repository (the context is its
+    # root) and is not filtered out by its .dockerignore
+    ignored = {line.strip() for line in (DEPLOY / "Containerfile.dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
     for word, rest in ins:
         if word == "COPY" and not rest.startswith("--from"):
             for source in rest.split()[:-1]:
                 assert (ROOT / source).exists(), source
+                assert source.rstrip("/").split("/")[0] not in ignored, source
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
