@@ -222,6 +222,20 @@ def test_sglang_pair_template_has_the_launch_flags():
     assert one(unit, svc, "Restart") == "no"
 
 
+def test_readme_command_actuator_example_is_a_valid_policy():
+    """The deploy/README.md `actuator` block that drives sglang-tp2@ over SSH, in the production
+    policy, through the real policy loader; its status command is `systemctl is-active` (0/3)."""
+    readme = (DEPLOY / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, flags=re.S) if b.startswith("actuator:")]
+    data = yaml.safe_load((ROOT / "policies/default.yaml").read_text())
+    data.update(yaml.safe_load(block))
+    actuator = parse_policy(yaml.safe_dump(data), source="deploy/README.md").actuator
+    assert actuator.kind.value == "command"
+    for argv in (actuator.start, actuator.stop, actuator.status):
+        assert argv[0] == "ssh" and "{node.address}" in argv and "sglang-tp2@{group.name}" in argv
+    assert "is-active" in actuator.status
+
+
 def _verifiable_copy(unit: Path, out_dir: Path, name: str | None = None) -> Path:
     """The unit with its ExecStart binary pointed at one that exists here: the site's install paths
     (/opt/autoscaler, /opt/sglang) do not, and verify checks that the command is executable."""
