@@ -84,6 +84,33 @@ def alert_rules() -> list[dict]:
     return [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
 
 
+def contract_table() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """docs/metrics.md's table: name -> (type, label names)."""
+    out = {}
+    for line in (ROOT / "docs/metrics.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("autoscaler_"):
+            labels = re.sub(r"\([^)]*\)", "", cells[2])  # "state (off, starting, ...)" -> "state"
+            out[cells[0]] = (cells[1].removesuffix("(1)"), tuple(n.strip() for n in labels.split(",") if n.strip()))
+    return out
+
+
+def test_service_registry_is_the_contract():
+    """What `autoscaler run` registers (autoscaler/service/metrics.py) is docs/metrics.md's table:
+    the same names, types and label names, nothing more, nothing less."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from autoscaler.service.metrics import ServiceMetrics
+
+    metrics = ServiceMetrics(instance="test", version="0")
+    exported = {}
+    for metric in vars(metrics).values():
+        if isinstance(metric, MetricWrapperBase):
+            name = metric._name + ("_total" if metric._type == "counter" else "")  # prometheus_client strips it
+            exported[name] = (metric._type, tuple(metric._labelnames))
+    assert exported == contract_table()
+
+
 def test_docs_metrics_table_is_the_contract():
     contract = contract_metrics()
     assert len(contract) == 25
@@ -330,6 +357,47 @@ def test_controller_needs_no_writable_executable_memory(tmp_path):
         pytest.skip("this kernel has no PR_SET_MDWE (Linux < 6.3)")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "W+X refused"
+
+
+def test_controller_runs_as_the_unit_configures_it(tmp_path):
+    """`autoscaler run` configured only by the environment, as autoscaler.env does it, in its state
+    directory (the default SQLite ledger lands there): /healthz, /metrics and a token-guarded
+    /status on AUTOSCALER_LISTEN, the container's HEALTHCHECK command passes against it, and SIGTERM
+    ends it with exit 0 well within the unit's TimeoutStopSec."""
+    import signal
+    import time
+
+    from tests.support.procs import Proc, wait_http
+
+    port = free_port()
+    unused = free_port()  # nothing listens: Prometheus and the gateway are unreachable, the run goes on
+    env = {"AUTOSCALER_LISTEN": f"127.0.0.1:{port}", "AUTOSCALER_PROMETHEUS_URL": f"http://127.0.0.1:{unused}",
+           "AUTOSCALER_GATEWAY_URL": f"http://127.0.0.1:{unused}", "AUTOSCALER_STATUS_TOKEN": "s3cret"}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    shutil.copy(ROOT / "policies/default.yaml", tmp_path / "policy.yaml")
+    proc = Proc([sys.executable, "-m", "autoscaler", "run", "--policy", str(tmp_path / "policy.yaml")],
+                tmp_path / "run.log", env={**clean, **env}, cwd=tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/healthz", 30.0, proc=proc)
+        metrics = httpx.get(base + "/metrics", timeout=5).text
+        assert re.search(r"^autoscaler_leader 1\.0$", metrics, re.M), metrics[-2000:]
+        assert httpx.get(base + "/status", timeout=5).status_code == 401
+        status = httpx.get(base + "/status", headers={"Authorization": "Bearer s3cret"}, timeout=5)
+        assert status.status_code == 200 and status.json()["leader"] is True
+        assert (tmp_path / "autoscaler.db").exists()  # sqlite:///autoscaler.db, relative to the working directory
+        health = next(rest for w, rest in containerfile_instructions() if w == "HEALTHCHECK")
+        argv = json.loads(health[health.index("CMD") + 3:].strip())
+        check = subprocess.run([sys.executable, *argv[1:]], env={**clean, **env}, capture_output=True, timeout=30)
+        assert check.returncode == 0, check.stderr
+        t0 = time.monotonic()
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, proc.log()[-2000:]
+        stop_s = time.monotonic() - t0
+    finally:
+        proc.kill()
+    unit = parse_unit(SYSTEMD / "autoscaler.service")
+    assert stop_s < 30 < seconds(one(unit, "Service", "TimeoutStopSec")), stop_s
 
 
 # ------------------------------------------------------------------------------------ container
@@ -749,10 +817,7 @@ def check_setting_names(names: set[str]) -> None:
     known = set(re.findall(r'"(AUTOSCALER_[A-Z_]+)"', source))
     known |= {n + "_FILE" for n in known}
     missing = sorted(n for n in names if n.startswith("AUTOSCALER_") and n not in known)
-    # INTERFACES.md's /status token: read by `autoscaler run`, which may not be merged yet
-    assert missing in ([], ["AUTOSCALER_STATUS_TOKEN"]), f"not settings the controller reads: {missing}"
-    if missing:
-        pytest.skip("AUTOSCALER_STATUS_TOKEN is not read by autoscaler/ yet (autoscaler run); the rest matched")
+    assert missing == [], f"not settings the controller reads: {missing}"
 
 
 def test_k8s_deployment_env_is_what_the_settings_read():
