@@ -453,8 +453,9 @@ class _Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("status, healthy", [(200, True), (503, False)])
-def test_containerfile_healthcheck_command_reads_healthz(status, healthy):
+@pytest.mark.parametrize("status, healthy, host", [(200, True, "127.0.0.1"), (503, False, "127.0.0.1"),
+                                                  (200, True, "0.0.0.0")])
+def test_containerfile_healthcheck_command_reads_healthz(status, healthy, host):
     """The HEALTHCHECK's own command (the image has no curl), run against a local /healthz."""
     health = next(rest for w, rest in containerfile_instructions() if w == "HEALTHCHECK")
     argv = json.loads(health[health.index("CMD") + 3:].strip())
@@ -463,7 +464,7 @@ def test_containerfile_healthcheck_command_reads_healthz(status, healthy):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        env = {**os.environ, "AUTOSCALER_LISTEN": f"127.0.0.1:{server.server_address[1]}"}
+        env = {**os.environ, "AUTOSCALER_LISTEN": f"{host}:{server.server_address[1]}"}
         done = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30)
     finally:
         server.shutdown()
