@@ -34,6 +34,7 @@ import yaml
 from autoscaler.policy import parse_policy
 from autoscaler.settings import load_settings
 from tests.support import prometheus as promsupport
+from tests.support.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.support.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -746,57 +747,76 @@ def test_dashboard_check_can_fail(dashboard_prometheus):
     assert [s["metric"]["instance"] for s in led] == ["a:9108"]
 
 
-def test_shipped_config_and_rules_on_a_real_controller(tmp_path):
-    """deploy/prometheus.yml's `autoscaler` job and deploy/alerts.rules.yml, loaded by a real
-    Prometheus that scrapes a real `autoscaler run` (advisory, ticking every second, its Prometheus
-    unreachable): every rule evaluates without error; the signals alert is pending (the problems
-    are real and the alert waits its 10 minutes) while no-leader and no-decision stay quiet; and
-    every dashboard query is accepted."""
+def test_shipped_config_and_rules_on_two_real_controllers(tmp_path, pg_url):
+    """The Deployment's set-up: two `autoscaler run` on one PostgreSQL database, configured by the
+    environment only, scraped by a real Prometheus running deploy/prometheus.yml's `autoscaler`
+    job with deploy/alerts.rules.yml (targets pointed here, 1 s intervals). One leads, the other
+    stands by and is healthy (/healthz 200: the liveness probe leaves it alone); every rule
+    evaluates without error; the signals alert goes pending on the leader's real problems (its
+    Prometheus is unreachable) while no-leader, several-leaders, no-decision, instance-down and
+    drain-stuck stay inactive; the leader-filtered groups query returns the leader's six states
+    only; every dashboard query is accepted."""
     from tests.support.procs import Proc, wait_http
 
     policy = yaml.safe_load((ROOT / "policies/default.yaml").read_text())
     policy["scaling"]["tick_interval_s"] = 1
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
-    port, unused = free_port(), free_port()
+    ports, unused = [free_port(), free_port()], free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
-    env = {**clean, "AUTOSCALER_LISTEN": f"127.0.0.1:{port}", "AUTOSCALER_PROMETHEUS_URL": f"http://127.0.0.1:{unused}",
-           "AUTOSCALER_GATEWAY_URL": f"http://127.0.0.1:{unused}",
-           "AUTOSCALER_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.db'}"}
-    proc = Proc([sys.executable, "-m", "autoscaler", "run", "--policy", str(tmp_path / "policy.yaml")],
-                tmp_path / "run.log", env=env, cwd=tmp_path)
-    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
-    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "autoscaler"]
-    job["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
-    config["scrape_configs"] = [job]
-    config["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
-    config["rule_files"] = [str(DEPLOY / "alerts.rules.yml")]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    prom = promsupport.Prometheus(port=free_port(), data_dir=tmp_path / "data", config_path=tmp_path / "prometheus.yml",
-                                  log_path=tmp_path / "prometheus.log", targets=(f"127.0.0.1:{port}",))
+    procs = []
+    prom = None
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", 30.0, proc=proc)
+        for port in ports:
+            env = {**clean, "AUTOSCALER_LISTEN": f"127.0.0.1:{port}", "AUTOSCALER_DATABASE_URL": pg_url,
+                   "AUTOSCALER_PROMETHEUS_URL": f"http://127.0.0.1:{unused}",
+                   "AUTOSCALER_GATEWAY_URL": f"http://127.0.0.1:{unused}"}
+            procs.append(Proc([sys.executable, "-m", "autoscaler", "run", "--policy", str(tmp_path / "policy.yaml")],
+                              tmp_path / f"run-{port}.log", env=env, cwd=tmp_path))
+        for port, proc in zip(ports, procs):
+            wait_http(f"http://127.0.0.1:{port}/healthz", 30.0, proc=proc)
+        config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+        (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "autoscaler"]
+        targets = [f"127.0.0.1:{port}" for port in ports]
+        job["static_configs"] = [{"targets": targets}]
+        config["scrape_configs"] = [job]
+        config["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
+        config["rule_files"] = [str(DEPLOY / "alerts.rules.yml")]
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prom = promsupport.Prometheus(port=free_port(), data_dir=tmp_path / "data", config_path=tmp_path / "prometheus.yml",
+                                      log_path=tmp_path / "prometheus.log", targets=tuple(targets))
         prom.start()
         prom.wait_for('ALERTS{alertname="AutoscalerSignalsFailing"}', lambda r: len(r) > 0, timeout_s=30)
+        leaders = {s["metric"]["instance"]: float(s["value"][1]) for s in prom.query("autoscaler_leader")}
+        assert sorted(leaders.values()) == [0.0, 1.0], leaders
+        (leader,) = [i for i, v in leaders.items() if v == 1.0]
+        for port in ports:  # the standby too: healthy, not leading
+            assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
         rules = httpx.get(f"{prom.url}/api/v1/rules", timeout=5).json()["data"]["groups"][0]["rules"]
         assert {r["name"] for r in rules} == EXPECTED_ALERTS
         assert [(r["name"], r["lastError"]) for r in rules if r["health"] != "ok"] == []
         states = {r["name"]: r["state"] for r in rules}
         assert states["AutoscalerSignalsFailing"] == "pending"
-        for quiet in ("AutoscalerNoLeader", "AutoscalerNoDecision", "AutoscalerInstanceDown", "AutoscalerDrainStuck"):
+        pending = prom.query('ALERTS{alertname="AutoscalerSignalsFailing"}')
+        assert {a["metric"]["instance"] for a in pending} == {leader}  # the standby's view is not an alert
+        for quiet in ("AutoscalerNoLeader", "AutoscalerSeveralLeaders", "AutoscalerNoDecision",
+                      "AutoscalerInstanceDown", "AutoscalerDrainStuck"):
             assert states[quiet] == "inactive", (quiet, states)
         for title, expr in dashboard_targets():
             answer = httpx.get(f"{prom.url}/api/v1/query", params={"query": expr}, timeout=5)
             assert answer.status_code == 200, (title, answer.text)
         led = prom.query("autoscaler_groups and on(job, instance) (autoscaler_leader == 1)")
         assert sorted(s["metric"]["state"] for s in led) == sorted(STATES)
-        assert all(s["metric"]["job"] == "autoscaler" for s in led)
+        assert {(s["metric"]["job"], s["metric"]["instance"]) for s in led} == {("autoscaler", leader)}
     finally:
-        prom.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        finally:
-            proc.kill()
+        if prom is not None:
+            prom.close()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            finally:
+                proc.kill()
 
 
 # ----------------------------------------------------------------------------------- kubernetes
