@@ -920,6 +920,8 @@ def test_k8s_configmap_policy_is_valid_and_mounted_where_run_reads_it():
     (key,) = cm["data"]
     policy = parse_policy(cm["data"][key], source=f"deploy/k8s/configmap-policy.yaml:data.{key}")
     assert len(policy.fleet.groups) == 3 and policy.fleet.ceiling_groups == 3
+    # its header says it is policies/default.yaml: keep that true when the default changes
+    assert yaml.safe_load(cm["data"][key]) == yaml.safe_load((ROOT / "policies/default.yaml").read_text())
     pod = k8s("Deployment")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     volume = next(v for v in pod["volumes"] if v.get("configMap", {}).get("name") == cm["metadata"]["name"])
