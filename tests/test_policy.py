@@ -159,8 +159,12 @@ def test_show_fills_every_default():
     assert p.returncode == 0
     shown = json.loads(p.stdout)
     assert shown["drain"]["poll_interval_s"] == 2.0  # not in the file: the default
-    assert set(shown) == {"fleet", "slo", "scaling", "schedules", "forecast", "cost", "signals", "drain", "simulation"}
+    assert set(shown) == {"fleet", "slo", "scaling", "schedules", "forecast", "cost", "signals", "drain", "actuator",
+                          "lifecycle", "simulation"}
     assert "running" in shown["signals"]["queries"]
+    # The live side's defaults: advisory acts on nothing; lifecycle deadlines and retries are filled in.
+    assert shown["actuator"]["kind"] == "advisory" and shown["drain"]["settle_s"] == 2.0
+    assert shown["lifecycle"]["start_retries"] == 3 and shown["lifecycle"]["health_failures_before_failed"] == 3
 
 
 def test_settings_flags_env_defaults_and_secret_is_hidden(tmp_path):
