@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "autoscaler.cli.emulate_cmd",
     "autoscaler.cli.signals_cmd",
     "autoscaler.cli.run_cmd",
+    "autoscaler.cli.demo_cmd",
     "autoscaler.cli.control_cmd",
 ]
 
