@@ -214,6 +214,85 @@ def test_a_leader_whose_connections_are_cut_stops_within_the_deadline_and_is_ref
         pg_server.admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'")
 
 
+class _Relay:
+    """A TCP relay to PostgreSQL that can freeze: connections stay open and bytes stop flowing
+    (a hung proxy or a stuck network, not a reset: nothing tells the client it is cut)."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self.target = port
+        self.frozen = threading.Event()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                while self.frozen.is_set():
+                    time.sleep(0.02)
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self.sockets:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+def test_a_leader_whose_renewal_hangs_stops_leading_at_the_deadline_without_waiting_for_it(pg_server, pg_url):
+    """The renewal blocks on a frozen connection (no error ever comes): leading() still turns
+    False at the renew deadline, at once, from any thread; the standby takes over after expiry."""
+    import threading
+
+    url = _ledger(pg_url)
+    relay = _Relay(pg_server.port)
+    leader = PostgresLease(url.replace(f":{pg_server.port}/", f":{relay.port}/"), "hung", **TIMING)
+    standby = PostgresLease(url, "standby", **TIMING)
+    try:
+        assert leader.try_acquire_or_renew().leader
+        renewed = time.monotonic()
+        relay.frozen.set()
+        hung = threading.Thread(target=leader.try_acquire_or_renew, daemon=True)
+        hung.start()
+        while leader.leading():
+            assert time.monotonic() - renewed < DEADLINE + 0.3
+            time.sleep(0.02)
+        assert DEADLINE - 0.1 <= time.monotonic() - renewed  # not before the deadline either
+        assert hung.is_alive()  # the renewal is still stuck: leading() did not wait for it
+        wait_until(lambda: standby.try_acquire_or_renew().leader, LEASE + 5, what="standby takes over",
+                   interval_s=RETRY)
+        relay.frozen.clear()
+        hung.join(15)
+        assert not leader.leading() and leader.try_acquire_or_renew().holder == "standby"
+    finally:
+        relay.frozen.clear()
+        leader.close()
+        standby.close()
+        relay.close()
+
+
 def _db_now(url: str) -> float:
     engine = make_engine(url)
     try:
