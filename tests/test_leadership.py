@@ -136,6 +136,29 @@ def test_acquire_renew_keeps_the_epoch_takeover_adds_one_release_hands_over_at_o
         b.close()
 
 
+def test_a_leader_past_its_deadline_does_not_continue_its_epoch(pg_url):
+    """Its own clock says the deadline passed (here a fake monotonic clock jumps) while the lease
+    is still unexpired in the database: it reports leader False, does not renew the old epoch,
+    and takes the lease again only once it expired, with a new epoch."""
+    url = _ledger(pg_url)
+    clock = [1000.0]
+    lease = PostgresLease(url, "slow", monotonic=lambda: clock[0], **TIMING)
+    try:
+        assert lease.try_acquire_or_renew().epoch == 1
+        clock[0] += DEADLINE - 0.01
+        assert lease.leading()
+        clock[0] += 0.02  # the renew deadline has passed on its own clock
+        assert not lease.leading()
+        again = lease.try_acquire_or_renew()  # the database lease (3 s) has not expired yet
+        assert (again.leader, again.holder, again.epoch) == (False, "slow", 1) and not lease.leading()
+        _, _, _, expires = _lease_row(url)
+        time.sleep(max(0.0, float(expires) - _db_now(url)) + 0.05)
+        back = lease.try_acquire_or_renew()
+        assert (back.leader, back.epoch) == (True, 2)
+    finally:
+        lease.close()
+
+
 def test_takeover_after_sigkill_of_the_leader_only_once_the_lease_expired(pg_url, tmp_path):
     url = _ledger(pg_url)
     standby = PostgresLease(url, "standby", **TIMING)
