@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -14,7 +13,7 @@ from sqlalchemy import insert, text
 from autoscaler.cli import main
 from autoscaler.core.types import Action, FleetState, GroupState, Phase, Reason, iso
 from autoscaler.core.victim import groups_to_start
-from autoscaler.ledger.models import ControllerStateRow, FleetGroupRow, OperatorControlRow
+from autoscaler.ledger.models import ControllerStateRow, FleetGroupRow
 from autoscaler.ledger.schema import make_engine
 from autoscaler.ledger.store import Ledger
 from autoscaler.service.controls import (
@@ -28,7 +27,7 @@ from autoscaler.service.controls import (
     with_cordons,
 )
 from autoscaler.service.leadership import PostgresLease, SqliteFlock
-from autoscaler.service.status import build_status, render_status
+from autoscaler.service.status import build_status
 from tests.core_helpers import T0, decide, fleet, fresh, make_policy, signals
 from tests.support.ledger_runs import H, record_live
 from tests.support.ledger_runs import T0 as STORY_T0

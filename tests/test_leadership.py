@@ -12,14 +12,13 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 from sqlalchemy import text
 
 from autoscaler.errors import RuntimeFailure
-from autoscaler.ledger.schema import WRITE, code_head, database_revision, make_engine
+from autoscaler.ledger.schema import code_head, database_revision, make_engine
 from autoscaler.ledger.store import Ledger
 from autoscaler.service.leadership import (
     LEASE_S,

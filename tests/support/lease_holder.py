@@ -9,9 +9,10 @@ Every ``retry`` seconds it prints one JSON line on stdout::
 With ``--write``, each round first writes a ``controller_state`` row stamped with the epoch it
 held at the end of the previous round (as a tick that checked ``leading()`` and then froze would),
 and then renews. So a holder frozen with SIGSTOP and resumed after a takeover tries exactly one
-stale write, which the database must refuse. With ``--hold-tx S`` the write
-transaction stays open S seconds before its commit (a writer frozen inside it). With ``--child``, SQLite: it starts a long-lived
-child process first (like a local actuator's worker), to show the child does not keep the lock.
+stale write, which the database must refuse. With ``--hold-tx S`` the write transaction stays
+open S seconds before its commit (a writer frozen inside it). With ``--child``, SQLite: it starts
+a long-lived child process first (like a local actuator's worker), to show the child does not
+keep the lock.
 """
 
 from __future__ import annotations
