@@ -100,7 +100,7 @@ def _pin_args(groups: str | None, until: str | None, now: float) -> tuple[int, f
     except ValueError:
         raise BadInput(f"--until: {until!r} is not an ISO 8601 time (e.g. 2026-12-01T18:00:00Z)") from None
     if t <= now:
-        raise BadInput(f"--until: {iso(t)} is not in the future (now {iso(now)})")
+        raise BadInput(f"--until: {iso(t)} is not in the future (now {iso(float(int(now)))})")
     return n, t
 
 
@@ -221,8 +221,8 @@ def _run_control(args: argparse.Namespace) -> int:
         return 0
     what = {"pin": f"pinned at {groups} groups until {iso(until)}", "unpin": "unpinned", "pause": "paused",
             "resume": "resumed", "cordon": f"cordoned {group}", "uncordon": f"uncordoned {group}"}[kind]
-    out = [f"{what} by {by}: {reason} (control #{record.id} at {iso(now)}; the running leader obeys it within one "
-           "tick)"]
+    at = iso(float(int(now)))
+    out = [f"{what} by {by}: {reason} (control #{record.id} at {at}; the running leader obeys it within one tick)"]
     out += [f"note: {n}" for n in notes]
     in_force = after.lines()
     out.append("in force now: " + ("; ".join(in_force) if in_force else "no operator controls"))

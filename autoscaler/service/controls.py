@@ -81,17 +81,21 @@ class Controls:
         }
 
     def lines(self) -> list[str]:
-        """One sentence per control in force (for why and status)."""
+        """One sentence per control in force (for people: times to the second)."""
         out = []
         if self.pin is not None:
             p = self.pin
-            out.append(f"pinned at {p.groups} groups until {iso(p.until)} by {p.by} at {iso(p.at)}: {p.reason}")
+            out.append(f"pinned at {p.groups} groups until {_iso_s(p.until)} by {p.by} at {_iso_s(p.at)}: {p.reason}")
         if self.pause is not None:
-            out.append(f"paused (advisory: nothing acted on) by {self.pause.by} at {iso(self.pause.at)}: "
+            out.append(f"paused (advisory: nothing acted on) by {self.pause.by} at {_iso_s(self.pause.at)}: "
                        f"{self.pause.reason}")
         for g, n in self.cordoned.items():
-            out.append(f"{g} cordoned by {n.by} at {iso(n.at)}: {n.reason}")
+            out.append(f"{g} cordoned by {n.by} at {_iso_s(n.at)}: {n.reason}")
         return out
+
+
+def _iso_s(t: float) -> str:
+    return iso(float(int(t)))  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,10 @@ class PostgresLease:
         else:
             self.safe_url = redact_url(db.url.render_as_string(hide_password=False))
             self.engine, self._owns_engine = db, False
-        self._lock = threading.Lock()  # the renew thread writes, the tick and /status read
+        # _lock guards the state and is never held across a database call, so leading() answers at
+        # once even while a renewal hangs on a dead network; _campaign serialises the calls.
+        self._lock = threading.Lock()
+        self._campaign = threading.Lock()
         self._epoch = 0
         self._renewed_at: float | None = None  # monotonic start of the last successful renewal
         self._was_leader = False
@@ -203,11 +206,13 @@ class PostgresLease:
 
     def try_acquire_or_renew(self) -> LeaderState:
         """Renew the lease if this instance leads, else take it if it is free or expired."""
-        with self._lock:
-            renewing = self._leading_locked()
-            began = self._monotonic()
-            params = {"name": self.name, "me": self.instance, "mine": self._epoch if renewing else -1,
-                      "renewing": renewing, "lease_s": self.lease_s}
+        with self._campaign:
+            with self._lock:
+                renewing = self._leading_locked()
+                began = self._monotonic()
+                params = {"name": self.name, "me": self.instance, "mine": self._epoch if renewing else -1,
+                          "renewing": renewing, "lease_s": self.lease_s}
+            other = None
             try:
                 with self.engine.connect() as conn:
                     with conn.begin():
@@ -217,21 +222,26 @@ class PostgresLease:
                         if row is None:
                             other = conn.execute(_READ, {"name": self.name}).first()
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
-                return self._failed(exc)
-            if row is not None:
-                epoch, holder, expires = int(row[0]), row[1], _epoch_s(row[2])
-                if not renewing or epoch != self._epoch:
-                    log.warning("leadership: %s acquired the lease (epoch %d, expires in %.0f s)",
-                                self.instance, epoch, self.lease_s)
-                self._epoch, self._renewed_at = epoch, began
-                self._set(LeaderState(True, epoch, holder, expires), problem=None)
-            else:
-                self._renewed_at = None
-                holder, epoch, expires = (other[0], int(other[1]), _epoch_s(other[2])) if other else (None, 0, None)
-                if self._was_leader:
-                    log.warning("leadership: %s lost the lease (held by %s, epoch %d)", self.instance, holder, epoch)
-                self._set(LeaderState(False, epoch, holder, expires), problem=None)
-            return self.state
+                with self._lock:
+                    return self._failed(exc)
+            with self._lock:
+                return self._settle(row, other, renewing, began)
+
+    def _settle(self, row, other, renewing: bool, began: float) -> LeaderState:
+        if row is not None:
+            epoch, holder, expires = int(row[0]), row[1], _epoch_s(row[2])
+            if not renewing or epoch != self._epoch:
+                log.warning("leadership: %s acquired the lease (epoch %d, expires in %.0f s)",
+                            self.instance, epoch, self.lease_s)
+            self._epoch, self._renewed_at = epoch, began
+            self._set(LeaderState(True, epoch, holder, expires), problem=None)
+        else:
+            self._renewed_at = None
+            holder, epoch, expires = (other[0], int(other[1]), _epoch_s(other[2])) if other else (None, 0, None)
+            if self._was_leader:
+                log.warning("leadership: %s lost the lease (held by %s, epoch %d)", self.instance, holder, epoch)
+            self._set(LeaderState(False, epoch, holder, expires), problem=None)
+        return self.state
 
     def _failed(self, exc: BaseException) -> LeaderState:
         problem = f"lease on {self.safe_url}: {one_line(exc)}"
@@ -259,10 +269,12 @@ class PostgresLease:
 
     def release(self) -> None:
         """Stop leading and expire the lease at once (clean shutdown, after the last write)."""
-        with self._lock:
-            was, epoch = self._leading_locked(), self._epoch
-            self._renewed_at = None
-            self._was_leader = False
+        with self._campaign:
+            with self._lock:
+                was, epoch = self._leading_locked(), self._epoch
+                self._renewed_at = None
+                self._was_leader = False
+                self.state = LeaderState(False, epoch, self.instance if was else self.state.holder, None)
             if not was:
                 return
             try:
@@ -272,7 +284,6 @@ class PostgresLease:
                 log.warning("leadership: %s released the lease (epoch %d)", self.instance, epoch)
             except (DBAPIError, SQLAlchemyError, OSError) as exc:  # it expires by itself in lease_s
                 log.warning("leadership: %s could not release the lease: %s", self.instance, one_line(exc))
-            self.state = LeaderState(False, epoch, self.instance, None)
 
     def close(self) -> None:
         if self._owns_engine:

@@ -134,6 +134,12 @@ def _last_decision(conn: Connection) -> dict[str, Any] | None:
     return None
 
 
+def _short(t: Any) -> str:
+    """An ISO time to whole seconds, for people: 2026-12-01T07:13:50.839598Z -> 2026-12-01T07:13:50Z."""
+    text_ = str(t)
+    return text_.split(".")[0] + "Z" if text_.endswith("Z") and "." in text_ else text_
+
+
 def render_status(status: dict[str, Any]) -> str:
     """The human form of the status object: a few lines and a table of groups."""
     lines = []
@@ -143,11 +149,14 @@ def render_status(status: dict[str, Any]) -> str:
     lines.append(f"instance  {who} ({lead})")
     lines.append(f"paused    {'yes: deciding and recording, acting on nothing' if status.get('paused') else 'no'}")
     pin = status.get("pin")
-    lines.append("pin       " + ("none" if not pin else
-                                 f"{pin['groups']} groups until {pin['until']} by {pin['by']}: {pin['reason']}"))
+    if pin:
+        lines.append(f"pin       {pin['groups']} groups until {_short(pin['until'])} by {pin['by']}: {pin['reason']}")
+    else:
+        lines.append("pin       none")
     policy = status.get("policy") or {}
     if policy.get("path") or policy.get("hash"):
-        text_ = f"{policy.get('path')} (sha256 {str(policy.get('hash'))[:12]}, loaded {policy.get('loaded_at')})"
+        loaded = _short(policy.get("loaded_at"))
+        text_ = f"{policy.get('path')} (sha256 {str(policy.get('hash'))[:12]}, loaded {loaded})"
         if policy.get("error"):
             text_ += f"; last edit rejected: {policy['error']}"
         lines.append(f"policy    {text_}")
@@ -159,12 +168,15 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"{'GROUP':<{width}}  {'PHASE':<11}  {'SINCE':<20}  CORDONED")
         for name, g in groups.items():
-            lines.append(f"{name:<{width}}  {g['phase']:<11}  {str(g['since']):<20}  {'yes' if g['cordoned'] else 'no'}")
+            cordoned = "yes" if g["cordoned"] else "no"
+            lines.append(f"{name:<{width}}  {g['phase']:<11}  {_short(g['since']):<20}  {cordoned}")
     else:
         lines.append("groups    none recorded yet")
     d = status.get("last_decision")
     lines.append("")
-    lines.append("last decision  " + ("none" if not d else
-                                      f"{d['at']} {d['action']} -> {d['target_groups']} groups ({d['reason']}): "
-                                      f"{d['detail']}"))
+    if d:
+        lines.append(f"last decision  {_short(d['at'])} {d['action']} -> {d['target_groups']} groups "
+                     f"({d['reason']}): {d['detail']}")
+    else:
+        lines.append("last decision  none")
     return "\n".join(lines) + "\n"

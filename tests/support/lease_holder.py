@@ -9,8 +9,10 @@ Every ``retry`` seconds it prints one JSON line on stdout::
 With ``--write``, each round first writes a ``controller_state`` row stamped with the epoch it
 held at the end of the previous round (as a tick that checked ``leading()`` and then froze would),
 and then renews. So a holder frozen with SIGSTOP and resumed after a takeover tries exactly one
-stale write, which the database must refuse. With ``--child``, SQLite: it starts a long-lived
-child process first (like a local actuator's worker), to show the child does not keep the lock.
+stale write, which the database must refuse. With ``--hold-tx S`` the write transaction stays
+open S seconds before its commit (a writer frozen inside it). With ``--child``, SQLite: it starts
+a long-lived child process first (like a local actuator's worker), to show the child does not
+keep the lock.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 
 from sqlalchemy import text
 
@@ -41,9 +44,11 @@ def main() -> int:
     p.add_argument("--retry", type=float, default=0.5)
     p.add_argument("--write", action="store_true")
     p.add_argument("--child", action="store_true")
+    p.add_argument("--hold-tx", type=float, default=0.0, help="seconds to keep the write transaction open")
     args = p.parse_args()
     if args.child:
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+        print(json.dumps({"child": child.pid}), flush=True)
     if args.url.startswith("sqlite"):
         lease = leadership_for(args.url, args.instance)
     else:
@@ -61,7 +66,10 @@ def main() -> int:
                     with conn.begin():
                         fenced(conn, held_epoch)
                         conn.execute(_UPSERT, {"key": f"probe-{args.instance}", "value": json.dumps({"n": 1}),
-                                               "epoch": held_epoch, "at": time.time()})
+                                               "epoch": held_epoch, "at": datetime.now(timezone.utc)})
+                        if args.hold_tx:
+                            print(json.dumps({"in_tx": True}), flush=True)
+                            time.sleep(args.hold_tx)
                 outcome = "ok"
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 outcome = ("refused: " if is_fenced(exc) else "error: ") + one_line(exc)
