@@ -60,7 +60,7 @@ class View:
         self.lines.append(f"{stamp}  {line}")
         self.lines = self.lines[-12:]
         if self.live is None:
-            self.console.print(f"{stamp}  {line}", markup=False)
+            self.console.print(f"{stamp}  {line}", markup=False, soft_wrap=True)
         else:
             self.live.update(self._render())
 

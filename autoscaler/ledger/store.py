@@ -58,7 +58,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from sqlalchemy import JSON, Boolean, String, Text, delete, func, insert, or_, select, update
+from sqlalchemy import JSON, Boolean, String, Text, delete, func, insert, or_, select, text, update
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -361,6 +361,8 @@ class Ledger:
         ensure_schema(self.engine, url)
         self._policy_of_run: dict[int, str] = {}
         self._nodes_of_run: dict[int, dict[str, list[str]]] = {}
+        # The leader's epoch, once the live service leads: every write is then fenced by it.
+        self.fence_epoch: int | None = None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -378,6 +380,11 @@ class Ledger:
             with self.engine.connect() as conn:
                 conn.execution_options(**WRITE)
                 with conn.begin():
+                    if self.fence_epoch is not None and conn.dialect.name == "postgresql":
+                        # Fencing (migration 0003): every write of this transaction is refused by the
+                        # database unless this epoch is the live lease's (service.leadership.fenced).
+                        conn.execute(text("SELECT set_config('autoscaler.epoch', :e, true)"),
+                                     {"e": str(int(self.fence_epoch))})
                     yield conn
         except (DBAPIError, SQLAlchemyError) as exc:
             raise RuntimeFailure(f"ledger database {self.safe_url}: {one_line(exc)}") from exc

@@ -185,6 +185,7 @@ class Service:
         return ctl.effective_controls(self.ledger.engine, now)
 
     def _become_leader(self, epoch: int) -> None:
+        self.ledger.fence_epoch = epoch
         loaded = self.loaded
         source = "advisory" if loaded.policy.actuator.kind is ActuatorKind.ADVISORY else "live"
         self._signals = self._make_signals(loaded.policy)
@@ -224,8 +225,9 @@ class Service:
         try:
             if self._stop.is_set():
                 return
-            state = self.leader_state
-            if state is None or not state.leader or self.controller is None:
+            # leading() checks the renew deadline on the local clock now, not the last renewal's answer:
+            # a renew job that hangs must not leave this instance acting.
+            if self.controller is None or not self.leadership.leading():
                 self.last_tick_at = self.clock()
                 return
             self._reload_policy()
@@ -345,7 +347,7 @@ class Service:
         state = self.leader_state
         c = self.controller
         out["instance"] = self.instance
-        out["leader"] = bool(state and state.leader and c is not None)
+        out["leader"] = bool(state and state.leader and c is not None and self.leadership.leading())
         out["epoch"] = int(state.epoch) if state and state.epoch else int(out.get("epoch") or 0)
         good = self.loaded
         out["policy"] = {"path": good.path, "hash": good.sha256, "loaded_at": out.get("policy", {}).get("loaded_at")
