@@ -1,17 +1,10 @@
 #!/usr/bin/env bash
-# The main job, on a fresh machine: install, then backtest the shipped default policy on the
-# 14-day production trace against always-on, Kubernetes HPA and the clairvoyant oracle, record it
-# in a ledger of its own (SQLite, out/backtest.db) and print finance's report of it.
-# Until the live service lands, this backtest is what the project does end to end.
+# The main job, on a fresh machine: install, then run `autoscaler demo`: the real SGLang Model
+# Gateway, three emulated TP=2 groups started and drained by the controller (`autoscaler run`
+# under policies/demo.yaml), Prometheus when Debian's package is installed, a day of real traffic
+# replayed through the gateway in a few minutes, and the cost report of that live run.
+# Arguments go to the demo (e.g. --minutes 6, --json). The backtest is scripts/backtest.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-mkdir -p out
-rm -f out/backtest.db  # one backtest per ledger file, so the report shows exactly this run
-.venv/bin/autoscaler simulate --policy policies/default.yaml --trace examples/traces/servegen-m-small \
-  --compare --plot out/servegen.html --timeline-out out/servegen-timeline.csv --db sqlite:///out/backtest.db "$@"
-.venv/bin/autoscaler report --db sqlite:///out/backtest.db --source simulation \
-  --from 2026-01-05 --to 2026-01-19 --by week --format table
-.venv/bin/autoscaler report --db sqlite:///out/backtest.db --source simulation \
-  --from 2026-01-05 --to 2026-01-19 --by day --format html --output out/servegen-report.html
-echo "plot: out/servegen.html, timeline: out/servegen-timeline.csv, report: out/servegen-report.html" >&2
+exec .venv/bin/autoscaler demo "$@"
