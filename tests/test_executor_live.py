@@ -291,3 +291,78 @@ def test_control_plane_key_is_used_a_wrong_key_is_one_clear_error_and_the_key_is
                     assert secret not in str(row), table
     finally:
         g.proc.kill()
+
+
+def test_a_worker_the_gateway_lists_but_the_records_call_off_is_adopted(fleet, gw, tmp_path):
+    f = fleet()
+    port = int(f.url("g2").rsplit(":", 1)[1])
+    w = start_emulated_on(tmp_path, port)
+    try:
+        gw.add_worker(f.url("g2"))
+        gw.wait_healthy(f.url("g2"))
+        report = f.executor.reconcile()
+        assert any("adopted worker" in s for s in report.steps)
+        assert f.phase("g2") == "ready" and events(f, "g2") == ["adopted"]
+    finally:
+        w.proc.kill()
+
+
+def test_unknown_worker_remove_takes_it_out_of_the_gateway(fleet, gw, tmp_path):
+    f = fleet(lifecycle={"unknown_worker": "remove"})
+    port = int(f.url("g3").rsplit(":", 1)[1])
+    w = start_emulated_on(tmp_path, port)
+    try:
+        gw.add_worker(f.url("g3"))
+        gw.wait_healthy(f.url("g3"))
+        f.executor.reconcile()
+        assert f.phase("g3") == "off"
+        assert f.url("g3") not in {x["url"] for x in gw.workers()}
+        assert events(f, "g3") == ["removed"]
+    finally:
+        w.proc.kill()
+
+
+def start_emulated_on(tmp_path, port: int, **options):
+    """An emulated worker on a given port (not through the actuator: something the records do not own)."""
+    from tests.support.procs import Worker, wait_http
+
+    argv = [PYTHON, "-m", "autoscaler.emulator", "worker", "--port", str(port)]
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    proc = Proc(argv, tmp_path / f"worker-{port}.log")
+    wait_http(f"http://127.0.0.1:{port}/_emulator/state", 15, proc=proc)
+    return Worker(proc, port, f"http://127.0.0.1:{port}")
+
+
+def test_a_group_started_but_never_registered_is_registered_after_a_restart(fleet, gw):
+    f = fleet()
+    f.executor.apply(decision(Action.SCALE_UP, "g1"))
+    assert f.phase("g1") == "starting"
+    # The controller dies here; a new one reads the records and carries on.
+    again = Executor(f.policy, LiveLedger(f.ledger), f.gateway, f.actuator, f.probe, run_id=f.run_id, epoch=2)
+    assert again.records["g1"].phase == "starting"
+    f.executor = again
+    f.reconcile_until(lambda: f.phase("g1") == "ready", 40, what="g1 registered by the new controller")
+    assert f.url("g1") in {w["url"] for w in gw.workers()}
+
+
+def test_a_delete_during_a_pending_add_is_repeated_once_the_worker_appears(fleet, gw, tmp_path):
+    # The gateway does not cancel a pending add on DELETE: the worker shows up later and must be
+    # deleted again. A draining group whose add was still pending when the drain began.
+    f = fleet(drain={"settle_s": 1, "timeout_s": 60, "on_timeout": "stop"})
+    port = int(f.url("g2").rsplit(":", 1)[1])
+    w = start_emulated_on(tmp_path, port, startup_s=4)
+    try:
+        worker_id = gw.add_worker(f.url("g2"))  # pending: /health answers 503 for 4 s
+        rec = f.executor.records["g2"].with_(phase="draining", since=time.time(), worker_id=worker_id)
+        f.executor.records["g2"] = f.live.transition(rec, epoch=1, at=time.time())
+        f.executor.reconcile()  # DELETE of the pending id
+        assert f.executor.records["g2"].removed_at is not None
+        wait_until(lambda: f.url("g2") in {x["url"] for x in gw.workers()}, 30,
+                   what="the pending add appears despite the DELETE")
+        f.reconcile_until(lambda: f.phase("g2") == "off", 40, what="g2 removed again, drained, stopped")
+        assert f.url("g2") not in {x["url"] for x in gw.workers()}
+        deletes = [a for a in f.live.actions("g2") if a["kind"] == "deregister"]
+        assert len(deletes) >= 2
+    finally:
+        w.proc.kill()

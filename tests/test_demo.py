@@ -1,0 +1,56 @@
+"""``autoscaler demo`` end to end, as the README runs it (shortened load phase): the real gateway,
+emulated groups started and drained by the controller, the trace replayed through the gateway.
+It must report zero failed requests, at least one load-driven scale-up and one completed drain,
+and leave no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{pid}/cwd")  # the gateway rewrites its cmdline to "sglang::router"
+        except OSError:
+            continue
+        if text in cmd or cwd.startswith(text):
+            found.append(f"{pid}: {cmd} (cwd {cwd})")
+    return found
+
+
+def test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind(tmp_path):
+    db = tmp_path / "demo.db"
+    p = subprocess.run([sys.executable, "-m", "autoscaler", "demo", "--minutes", "1.5", "--json", "--db",
+                        f"sqlite:///{db}"], capture_output=True, text=True, timeout=420, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads(p.stdout)  # stdout is only the summary object
+    assert set(summary) == {"requests_sent", "requests_failed", "scale_ups", "scale_downs", "node_hours",
+                            "baseline_node_hours", "savings_pct"}
+    assert summary["requests_failed"] == 0 and summary["requests_sent"] > 20
+    assert summary["scale_ups"] >= 1 and summary["scale_downs"] >= 1, p.stderr[-3000:]
+    assert 0 < summary["node_hours"] < summary["baseline_node_hours"]
+    assert "Fleet cost" in p.stderr  # the cost report of the live run goes to stderr with --json
+    # The controller learned this fleet's start-up times: each measured start is a core sample.
+    from autoscaler.ledger.live import LiveLedger
+    from autoscaler.ledger.store import Ledger
+
+    with Ledger(f"sqlite:///{db}", create=False) as ledger:
+        samples = LiveLedger(ledger).load_state("memory")["startup_durations_s"]
+    assert len(samples) >= 2 and all(5.0 <= s < 60.0 for s in samples)  # actuator.startup_s is 5 s
+    folder = re.search(r"logs kept in (\S+)", p.stderr).group(1)
+    assert _processes_mentioning(folder) == []  # gateway, Prometheus, controller: all stopped
+    # The emulated workers (started by the controller's local actuator) are gone too: their ports closed.
+    policy = (Path(folder) / "demo-policy.yaml").read_text()
+    for port in re.findall(r"worker_url: http://127.0.0.1:(\d+)", policy):
+        assert _processes_mentioning(f"--port {port}") == [], port
