@@ -98,6 +98,10 @@ def test_sigterm_in_the_middle_of_a_tick_finishes_the_step_and_exits_0(tmp_path,
                 return conn.execute(text("SELECT count(*) FROM actions WHERE kind='start' AND outcome IS NULL")).scalar()
 
         wait_until(start_in_progress, 20, what="a start in progress", proc=proc)
+        # /status is served apart from the tick: it answers at once while the tick is inside the start.
+        t_status = time.monotonic()
+        assert status(url)["leader"] is True
+        assert time.monotonic() - t_status < 1.0
         t0 = time.monotonic()
         proc.signal(signal.SIGTERM)
         assert proc.wait(30) == 0
