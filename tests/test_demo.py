@@ -54,3 +54,35 @@ def test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind(tmp_p
     policy = (Path(folder) / "demo-policy.yaml").read_text()
     for port in re.findall(r"worker_url: http://127.0.0.1:(\d+)", policy):
         assert _processes_mentioning(f"--port {port}") == [], port
+
+
+def test_ctrl_c_stops_everything_the_demo_started(tmp_path):
+    import signal
+    import time
+
+    db = tmp_path / "demo.db"
+    proc = subprocess.Popen([sys.executable, "-m", "autoscaler", "demo", "--minutes", "5", "--db", f"sqlite:///{db}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # until the floor's group is ready and the load began
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "load:" in line:
+                break
+        assert any("load:" in x for x in lines), "".join(lines)
+        folder = re.search(r"folder (\S+);", "".join(lines)).group(1)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        rest, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, rest
+        assert _processes_mentioning(folder) == []
+        for port in re.findall(r"worker_url: http://127.0.0.1:(\d+)", (Path(folder) / "demo-policy.yaml").read_text()):
+            assert _processes_mentioning(f"--port {port}") == [], port
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
