@@ -35,8 +35,9 @@ class _Scrape:
     queue_buckets: dict[float, float]
 
 
-def _parse(text: str, prefix: str) -> tuple[dict[str, list[float]], dict[str, dict[float, float]]]:
-    """Series values by metric name (summed over label sets later) and histogram buckets by le."""
+def parse_exposition(text: str, prefix: str) -> tuple[dict[str, list[float]], dict[str, dict[float, float]]]:
+    """Prometheus text -> (values of every series by metric name, histogram buckets by ``le``), for
+    the metrics whose names start with ``prefix`` (a full name selects that metric and its kin)."""
     values: dict[str, list[float]] = collections.defaultdict(list)
     buckets: dict[str, dict[float, float]] = collections.defaultdict(dict)
     for line in text.splitlines():
@@ -117,7 +118,7 @@ class DirectSignals:
         at = time.time()
         if response.status_code != 200:
             return None, "http_error", f"{url}/metrics: HTTP {response.status_code}"
-        values, buckets = _parse(response.text, prefix)
+        values, buckets = parse_exposition(response.text, prefix)
 
         def gauge(name: str) -> float | None:
             series = values.get(prefix + name)

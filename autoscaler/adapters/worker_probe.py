@@ -31,26 +31,12 @@ class LoadReading:
 
 def parse_gauge_sum(text: str, name: str) -> float | None:
     """The sum of every series of ``name`` in Prometheus text (None when absent or not a number)."""
-    total, seen = 0.0, False
-    for line in text.splitlines():
-        if not line.startswith(name):
-            continue
-        rest = line[len(name):]
-        if rest[:1] not in ("{", " "):
-            continue  # another metric that shares the prefix (e.g. ..._total)
-        if rest.startswith("{"):
-            rest = rest[rest.find("}") + 1:]
-        fields = rest.split()
-        if not fields:
-            continue
-        try:
-            value = float(fields[0])
-        except ValueError:
-            return None
-        if not math.isfinite(value):
-            return None
-        total, seen = total + value, True
-    return total if seen else None
+    from autoscaler.adapters.direct_signals import parse_exposition
+
+    values = parse_exposition(text, name)[0].get(name)
+    if not values or any(not math.isfinite(v) for v in values):
+        return None
+    return float(sum(values))
 
 
 class WorkerProbe:
