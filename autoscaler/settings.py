@@ -8,6 +8,7 @@ file named in the environment, are never logged, and print as ``***``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -27,6 +28,8 @@ class Settings:
     database_url: str = DEFAULT_DB_URL
     listen: str = DEFAULT_LISTEN
     gateway_api_key: str | None = None  # secret
+    # where database_url came from, for error messages: "--db", "AUTOSCALER_DATABASE_URL" or "default"
+    database_url_from: str = "--db"
 
     def __repr__(self) -> str:  # never print a secret
         key = "***" if self.gateway_api_key else None
@@ -58,6 +61,11 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+# What SQLAlchemy's make_url accepts: a scheme (dialect[+driver]) and "://" (checked here without
+# importing SQLAlchemy, so that commands without a database start fast).
+_DB_URL = re.compile(r"^[A-Za-z][A-Za-z0-9_+.-]*://")
+
+
 def load_settings(
     *,
     prometheus: str | None = None,
@@ -68,10 +76,20 @@ def load_settings(
 ) -> Settings:
     """Flags win over ``AUTOSCALER_*`` variables, which win over defaults."""
     env = os.environ if env is None else env
+    if db:
+        db_from = "--db"
+    elif env.get("AUTOSCALER_DATABASE_URL"):
+        db_from = "AUTOSCALER_DATABASE_URL"
+    else:
+        db_from = "default"
+    database_url = db or env.get("AUTOSCALER_DATABASE_URL") or DEFAULT_DB_URL
+    if not _DB_URL.match(database_url):
+        raise BadInput(f"{db_from}: {redact_url(database_url)!r} is not a database URL (e.g. sqlite:///autoscaler.db)")
     return Settings(
         prometheus_url=(prometheus or env.get("AUTOSCALER_PROMETHEUS_URL") or DEFAULT_PROMETHEUS_URL).rstrip("/"),
         gateway_url=(gateway or env.get("AUTOSCALER_GATEWAY_URL") or DEFAULT_GATEWAY_URL).rstrip("/"),
-        database_url=db or env.get("AUTOSCALER_DATABASE_URL") or DEFAULT_DB_URL,
+        database_url=database_url,
+        database_url_from=db_from,
         listen=listen or env.get("AUTOSCALER_LISTEN") or DEFAULT_LISTEN,
         gateway_api_key=_secret(env, "AUTOSCALER_GATEWAY_API_KEY"),
     )

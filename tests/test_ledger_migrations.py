@@ -48,11 +48,13 @@ def test_upgrade_to_head_and_downgrade_to_base(db_url):
 
 def test_first_use_creates_the_schema_and_says_so(tmp_path, caplog):
     url = f"sqlite:///{tmp_path / 'new.db'}"
-    with caplog.at_level("WARNING", logger="autoscaler.ledger"):
+    with caplog.at_level("INFO", logger="autoscaler.ledger"):
         Ledger(url).close()
     assert f"has no ledger tables yet; creating them (schema revision {code_head()})" in caplog.text
+    # a new ledger is a normal event: INFO, not a warning
+    assert [r.levelname for r in caplog.records] == ["INFO"]
     caplog.clear()
-    with caplog.at_level("WARNING", logger="autoscaler.ledger"):
+    with caplog.at_level("INFO", logger="autoscaler.ledger"):
         Ledger(url).close()
     assert caplog.text == ""  # at head: nothing to do, nothing said
 

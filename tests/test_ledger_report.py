@@ -104,9 +104,9 @@ def test_weeks_start_monday_and_days_follow_the_time_zone(live_db, capsys):
 
 def test_sources_are_never_mixed_unasked(db_url, capsys):
     with Ledger(db_url) as ledger:
-        record_live(ledger, hours=24)
-        record_bulk(ledger, hours=48)
-    args = ("--from", "2026-01-05", "--to", "2026-01-07")
+        record_live(ledger, hours=24)  # day 1
+        record_bulk(ledger, start=T0 + 24 * H, hours=48)  # days 2 and 3: no overlap with the live run
+    args = ("--from", "2026-01-05", "--to", "2026-01-08")
     live = report_json(capsys, db_url, *args)
     sim = report_json(capsys, db_url, *args, "--source", "simulation")
     both = report_json(capsys, db_url, *args, "--source", "all")
@@ -114,6 +114,7 @@ def test_sources_are_never_mixed_unasked(db_url, capsys):
     assert sim["totals"]["node_hours"] == Decimal("214.0")
     assert both["totals"]["node_hours"] == Decimal("332.0")
     assert (live["source"], sim["source"], both["source"]) == ("live", "simulation", "all")
+    assert report_json(capsys, db_url, *args, "--source", "advisory")["rows"] == []  # a source of its own
 
 
 def test_each_run_is_charged_with_its_own_cost_model(db_url, capsys):
@@ -121,14 +122,16 @@ def test_each_run_is_charged_with_its_own_cost_model(db_url, capsys):
     dear = policy_with_cost(energy_price_per_kwh=0.30, node_hour_fee=0.5)
     with Ledger(db_url) as ledger:
         a = record_bulk(ledger, cheap, hours=24)
-        b = record_bulk(ledger, dear, hours=24)
+        b = record_bulk(ledger, dear, start=T0 + 24 * H, hours=24)  # the next day: the two do not overlap
     one = report_json(capsys, db_url, "--run", str(a))
     two = report_json(capsys, db_url, "--run", str(b))
-    both = report_json(capsys, db_url, "--from", "2026-01-05", "--to", "2026-01-06", "--source", "simulation")
+    both = report_json(capsys, db_url, "--from", "2026-01-05", "--to", "2026-01-07", "--source", "simulation")
     # day 1 energy 37.3269 kWh: x 0.10 = 3.73269 -> 3.73; x 0.30 + 118 node-hours x 0.5 = 11.19807 + 59 = 70.20
     assert one["totals"]["variable_cost"] == Decimal("3.73")
     assert two["totals"]["variable_cost"] == Decimal("70.2")
+    # exact sum 3.73269 + 70.19807 = 73.93076 -> 73.93
     assert both["totals"]["variable_cost"] == Decimal("73.93")
+    assert [r["variable_cost"] for r in both["rows"]] == [Decimal("3.73"), Decimal("70.2")]
     # a report of a run reads from its recorded policy even after the policy file changes
     assert one["source"] == "simulation"
 

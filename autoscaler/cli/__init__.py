@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "autoscaler.cli.simulate_cmd",
     "autoscaler.cli.report_cmd",
     "autoscaler.cli.why_cmd",
+    "autoscaler.cli.ledger_cmd",
     "autoscaler.cli.emulate_cmd",
     "autoscaler.cli.signals_cmd",
     "autoscaler.cli.run_cmd",

@@ -7,30 +7,38 @@ import sys
 import time
 from pathlib import Path
 
+from autoscaler.cli.common import LEDGER_SOURCES, check_output
 from autoscaler.errors import BadInput, RuntimeFailure
 from autoscaler.settings import load_settings
 
-SOURCES = ("live", "simulation", "all")
+SOURCES = LEDGER_SOURCES
+BY = ("day", "week", "month")
+FORMATS = ("table", "csv", "json", "md", "html")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="cost report from the ledger: cost, always-on baseline and saving by period")
+    p = sub.add_parser("report", help="cost report from the ledger: cost, always-on baseline and saving by period",
+                       description="What the fleet cost, what it would have cost always on at its ceiling, and "
+                                   "the saving, by day, week or month. Reads the ledger; never changes it.")
     p.add_argument("--db", metavar="URL", help="ledger database (default: $AUTOSCALER_DATABASE_URL, "
                    "else sqlite:///autoscaler.db)")
     p.add_argument("--from", dest="start", metavar="T", help="start: a date (midnight in --tz) or an ISO 8601 time")
     p.add_argument("--to", dest="end", metavar="T", help="end (exclusive), like --from")
-    p.add_argument("--by", default="day", help="one row per day, week (from Monday) or month (default day)")
-    p.add_argument("--source", help="live (default), simulation or all: sources are never mixed unasked")
+    p.add_argument("--by", default="day", metavar="{day,week,month}",
+                   help="one row per day, week (from Monday) or month (default day)")
+    p.add_argument("--source", metavar="{live,advisory,simulation,all}",
+                   help="which runs: live (default), advisory, simulation or all; sources are never mixed unasked")
     p.add_argument("--run", type=int, metavar="ID", help="only this run (then --from/--to default to its span)")
     p.add_argument("--tz", default="UTC", help="IANA time zone of the periods and dates (default UTC)")
-    p.add_argument("--format", default="table", help="table (default), csv, json, md or html")
+    p.add_argument("--format", default="table", metavar="{table,csv,json,md,html}",
+                   help="table (default), csv, json, md or html")
     p.add_argument("--output", metavar="FILE", help="write here instead of stdout")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
-    from autoscaler.ledger.report import BY, FORMATS, build_report, parse_when, render, zone
+    from autoscaler.ledger.report import build_report, empty_message, parse_when, render, zone
     from autoscaler.ledger.store import Ledger
     if args.format not in FORMATS:
         raise BadInput(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
@@ -45,9 +53,11 @@ def _run(args: argparse.Namespace) -> int:
         raise BadInput("--from and --to are required (or name one run with --run)")
     if start is not None and end is not None and end <= start:
         raise BadInput("--to must be after --from")
+    check_output("--output", args.output)
     settings = load_settings(db=args.db)
     now = time.time()
-    with Ledger(settings.database_url, create=False) as ledger:
+    # A read: the database is opened read-only and never created or migrated.
+    with Ledger(settings.database_url, read_only=True, flag=settings.database_url_from) as ledger:
         source = args.source or "live"
         if args.run is not None:
             found = ledger.runs(run_id=args.run)
@@ -62,13 +72,20 @@ def _run(args: argparse.Namespace) -> int:
             if end <= start:
                 raise BadInput("--to must be after --from")
         runs = ledger.runs(source=source if args.run is None else "all", start=start, end=end, run_id=args.run)
+        others: dict[str, list[int]] = {}
+        if not runs and args.run is None:  # say which other sources cover the range, and how to see them
+            for r in ledger.runs(source="all", start=start, end=end):
+                others.setdefault(r.source, []).append(r.id)
         data = ledger.period_data(runs, start, end, with_load=args.format == "html")
-    report = build_report(data, start, end, by=args.by, tz=tz, source=source, now=now, run_id=args.run)
+    report = build_report(data, start, end, by=args.by, tz=tz, source=source, now=now, run_id=args.run,
+                          other_sources=others)
     text = render(report, args.format)
+    if report.empty and args.format in ("json", "csv"):  # the page formats say it inside; these on stderr
+        print(empty_message(report), file=sys.stderr)
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8", newline="")
-        except OSError as exc:
+        except OSError as exc:  # checked before the work; this is the disk failing in between
             raise RuntimeFailure(f"--output: cannot write {args.output}: {exc.strerror or exc}") from exc
         print(f"wrote {args.output} ({args.format}, {len(report.rows)} rows)", file=sys.stderr)
     else:

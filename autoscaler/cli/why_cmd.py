@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autoscaler.cli.common import check_range, print_json, time_arg
+from autoscaler.cli.common import LEDGER_SOURCES, check_range, print_json, time_arg
 from autoscaler.errors import BadInput
 from autoscaler.settings import load_settings
 
-SOURCES = ("live", "simulation", "all")
+SOURCES = LEDGER_SOURCES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from", dest="start", type=time_arg, metavar="T", help="start of a range")
     p.add_argument("--to", dest="end", type=time_arg, metavar="T", help="end of a range")
     p.add_argument("--group", metavar="NAME", help="only this group")
-    p.add_argument("--source", default="live", help="live (default), simulation or all")
+    p.add_argument("--source", default="live", metavar="{live,advisory,simulation,all}",
+                   help="which runs: live (default), advisory, simulation or all")
     p.add_argument("--run", type=int, metavar="ID", help="this run (needed when several simulations cover --at)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_run)
@@ -41,7 +42,8 @@ def _run(args: argparse.Namespace) -> int:
         raise BadInput("a range needs both --from and --to")
     check_range(args.start, args.end)
     settings = load_settings(db=args.db)
-    with Ledger(settings.database_url, create=False) as ledger:
+    # A read: the database is opened read-only and never created or migrated.
+    with Ledger(settings.database_url, read_only=True, flag=settings.database_url_from) as ledger:
         if args.at is not None:
             answer = why_at(ledger, args.at, source=args.source, group=args.group, run_id=args.run)
             text = render_at(answer)

@@ -231,7 +231,7 @@ def cost_of(usage: Usage, prices: Prices, fleet: FleetSize) -> Figures:
 # Decimals shown. A report rounds each row once; its totals are the sums of the rounded rows, and
 # derived figures (total = variable + fixed, saving = baseline - variable) are computed from the
 # rounded parts, so every column adds up in a spreadsheet to the last digit shown.
-PLACES = {"hours": 4, "kwh": 3, "money": 2, "pct": 2, "per_token": 4, "tokens": 0}
+PLACES = {"hours": 4, "kwh": 3, "money": 2, "pct": 2, "pct_shown": 1, "per_token": 4, "tokens": 0}
 _CTX = Context(prec=60)
 
 

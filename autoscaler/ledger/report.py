@@ -14,6 +14,7 @@ import csv
 import html
 import io
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -29,6 +30,7 @@ from autoscaler.ledger.cost import (
     FleetSize,
     Prices,
     cost_of,
+    PLACES,
     moment,
     rounded,
     usage_between,
@@ -71,6 +73,11 @@ def _local_midnight(d: date, tz: ZoneInfo) -> Fraction:
 def buckets(start: Fraction, end: Fraction, by: str, tz: ZoneInfo) -> list[tuple[Fraction, Fraction]]:
     """[start, end) cut at local midnights (day), Monday midnights (week) or first-of-month
     midnights (month) in ``tz``; the first and last piece may be partial."""
+    return [(lo, hi) for lo, hi, _, _ in periods(start, end, by, tz)]
+
+
+def periods(start: Fraction, end: Fraction, by: str, tz: ZoneInfo) -> list[tuple[Fraction, Fraction, Fraction, Fraction]]:
+    """Like ``buckets``, with each piece's whole calendar period: (lo, hi, period start, period end)."""
     if by not in BY:
         raise BadInput(f"--by: {by!r} is not one of {', '.join(BY)}")
     d = datetime.fromtimestamp(float(start), tz).date()
@@ -90,7 +97,7 @@ def buckets(start: Fraction, end: Fraction, by: str, tz: ZoneInfo) -> list[tuple
         nxt = _local_midnight(d, tz)
         lo, hi = max(edge, start), min(nxt, end)
         if hi > lo:
-            out.append((lo, hi))
+            out.append((lo, hi, edge, nxt))
         edge = nxt
     return out
 
@@ -111,6 +118,14 @@ class Row:
     end: Fraction
     figures: Figures
     runs: set[int] = field(default_factory=set)
+    period_start: Fraction | None = None  # the whole calendar period (day, week, month) of the row
+    period_end: Fraction | None = None
+
+    @property
+    def period_hours(self) -> Fraction:
+        lo = self.start if self.period_start is None else self.period_start
+        hi = self.end if self.period_end is None else self.period_end
+        return (hi - lo) / 3600
 
 
 @dataclass
@@ -130,6 +145,8 @@ class Report:
     ceiling_nodes: int
     fixed_monthly: list[tuple[str, Decimal]]  # (currency, monthly fixed cost of the fleet) per cost model
     run_id: int | None = None
+    # Runs of other sources in the range (source -> run ids): the hint of an empty report.
+    other_sources: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -143,11 +160,48 @@ class Report:
         return total
 
 
+def _run_label(run: RunInfo) -> str:
+    return f"{run.id} ({run.source}" + (f" {run.label!r})" if run.label else ")")
+
+
+def overlapping_runs(runs: list[RunInfo], start: float, end: float, now: float) -> list[tuple[RunInfo, RunInfo, float, float]]:
+    """Pairs of runs that recorded the same time inside [start, end): (a, b, from, to)."""
+    spans = []
+    for r in runs:
+        lo, hi = max(r.started_at, start), min(now if r.ended_at is None else r.ended_at, end)
+        if hi > lo:
+            spans.append((lo, hi, r))
+    spans.sort(key=lambda s: (s[0], s[2].id))
+    out = []
+    for i, (lo, hi, a) in enumerate(spans):
+        for lo2, hi2, b in spans[i + 1:]:
+            if lo2 >= hi:
+                break
+            out.append((a, b, lo2, min(hi, hi2)))
+    return out
+
+
+def refuse_overlaps(runs: list[RunInfo], start: float, end: float, now: float, tz: ZoneInfo) -> None:
+    """BadInput naming the runs when two of them cover the same time: their hours would be added twice."""
+    pairs = overlapping_runs(runs, start, end, now)
+    if not pairs:
+        return
+    a, b, lo, hi = pairs[0]
+    ids = sorted({r.id for p in pairs for r in p[:2]})
+    more = f" ({len(pairs)} overlapping pairs among runs {', '.join(map(str, ids))})" if len(pairs) > 1 else ""
+    raise BadInput(
+        f"runs {_run_label(a)} and {_run_label(b)} both cover {local_iso(moment(lo), tz)} to "
+        f"{local_iso(moment(hi), tz)}{more}: a report never adds runs that overlap in time; "
+        f"report one with --run {a.id} or --run {b.id}"
+    )
+
+
 def build_report(
     data: PeriodData, start: float, end: float, *, by: str, tz: ZoneInfo, source: str, now: float,
-    run_id: int | None = None,
+    run_id: int | None = None, other_sources: dict[str, list[int]] | None = None,
 ) -> Report:
-    """The report of [start, end) from the ledger's data (pure)."""
+    """The report of [start, end) from the ledger's data (pure). Refuses overlapping runs."""
+    refuse_overlaps(data.runs, start, end, now, tz)
     lo_all, hi_all, now_f = moment(start), moment(end), moment(now)
     currencies: dict[str, list[int]] = {}
     fixed_monthly: dict[tuple[str, Decimal], None] = {}
@@ -163,10 +217,10 @@ def build_report(
         which = "; ".join(f"{c}: runs {', '.join(map(str, sorted(set(ids))))}" for c, ids in currencies.items())
         raise BadInput(f"the runs in this period use different currencies ({which}); report them apart with --run")
     rows: list[Row] = []
-    for b0, b1 in buckets(lo_all, hi_all, by, tz):
+    for b0, b1, p0, p1 in periods(lo_all, hi_all, by, tz):
         if b0 >= now_f:
             break
-        row = Row(b0, b1, Figures())
+        row = Row(b0, b1, Figures(), period_start=p0, period_end=p1)
         for run in data.runs:
             for p in data.policies.get(run.id, []):
                 s0 = moment(p.start)
@@ -189,6 +243,7 @@ def build_report(
         currency=next(iter(currencies), None), rows=rows, runs=list(data.runs), open_intervals=open_count,
         active_nodes=_active_steps(data, lo_all, min(hi_all, now_f), now_f), load=list(data.load),
         ceiling_nodes=ceiling, fixed_monthly=list(fixed_monthly), run_id=run_id,
+        other_sources=dict(other_sources or {}),
     )
 
 
@@ -213,7 +268,53 @@ def _active_steps(data: PeriodData, lo: Fraction, hi: Fraction, now: Fraction) -
 
 
 # ------------------------------------------------------------------------------ row values
-def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, parts: dict[str, Decimal]) -> dict[str, Any]:
+# The figures kept exact and rounded only when shown, with the places of each (cost.PLACES).
+_PRIMITIVES = {
+    "node_hours_active": "hours", "node_hours_idle": "hours", "node_hours_off": "hours", "covered_hours": "hours",
+    "energy_kwh": "kwh", "variable_cost": "money", "fixed_cost": "money", "baseline_node_hours": "hours",
+    "baseline_variable_cost": "money", "prompt_tokens": "tokens", "generation_tokens": "tokens",
+}
+
+
+def _exact(fig: Figures) -> dict[str, Fraction]:
+    return {
+        "node_hours_active": fig.node_hours_by_state["active"],
+        "node_hours_idle": fig.node_hours_by_state["idle"],
+        "node_hours_off": fig.node_hours_by_state["off"],
+        "covered_hours": fig.span_hours,
+        "energy_kwh": fig.energy_kwh,
+        "variable_cost": fig.variable_cost,
+        "fixed_cost": fig.fixed_cost,
+        "baseline_node_hours": fig.baseline_node_hours,
+        "baseline_variable_cost": fig.baseline_variable_cost,
+        "prompt_tokens": fig.prompt_tokens,
+        "generation_tokens": fig.generation_tokens,
+    }
+
+
+def allocate(values: list[Fraction], kind: str) -> list[Decimal]:
+    """``values`` rounded to the places of ``kind`` so that they add up to their exact sum rounded
+    once (largest remainder). E.g. three days of 1/3 cent each: exact sum 1 cent -> 0.01, 0, 0 (not
+    0, 0, 0, which would lose the cent, nor a total of 0.00 that depends on the rows)."""
+    scale = 10 ** PLACES[kind]
+    total = rounded(sum(values, Fraction(0)), kind)
+    target = int(total.scaleb(PLACES[kind]))  # type: ignore[union-attr]
+    units = [math.floor(v * scale) for v in values]
+    left = target - sum(units)
+    # the rows whose rounding lost most get the units left over; ties go to the earlier row
+    order = sorted(range(len(values)), key=lambda i: (-(values[i] * scale - units[i]), i))
+    for i in order[:max(0, left)]:
+        units[i] += 1
+    quantum = Decimal(1).scaleb(-PLACES[kind])
+    return [(Decimal(u) * quantum).quantize(quantum) for u in units]
+
+
+def _pct_of(part: Decimal, whole: Fraction) -> Decimal | None:
+    return rounded(Fraction(part) / whole * 100, "pct") if whole else None
+
+
+def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, parts: dict[str, Decimal],
+                period_hours: Fraction) -> dict[str, Any]:
     """One row for output: ``parts`` are the rounded primitives; the rest is derived from them."""
     total = parts["variable_cost"] + parts["fixed_cost"]
     base_total = parts["baseline_variable_cost"] + parts["fixed_cost"]
@@ -235,42 +336,37 @@ def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, part
         },
         "baseline_node_hours": parts["baseline_node_hours"],
         "covered_hours": parts["covered_hours"],
+        "period_hours": rounded(period_hours, "hours"),
+        # the share of the row's whole calendar period (or of the asked range, for the totals) that
+        # the ledger covers: every figure of the row is for these hours only
+        "coverage_pct": _pct_of(parts["covered_hours"], period_hours),
         "prompt_tokens": int(parts["prompt_tokens"]),
         "generation_tokens": int(parts["generation_tokens"]),
         "cost_per_million_tokens": rounded(fig.cost_per_million_tokens, "per_token"),
         "open_intervals": fig.open_intervals,
+        # the exact shares, for formats that show them with fewer places (rounded once, from these)
+        "_exact_pct": {
+            "saving_pct_variable": fig.saving_pct_variable, "saving_pct_total": fig.saving_pct_total,
+            "coverage_pct": fig.span_hours / period_hours * 100 if period_hours else None,
+        },
     }
 
 
-def _parts(fig: Figures) -> dict[str, Decimal]:
-    return {
-        "node_hours_active": rounded(fig.node_hours_by_state["active"], "hours"),
-        "node_hours_idle": rounded(fig.node_hours_by_state["idle"], "hours"),
-        "node_hours_off": rounded(fig.node_hours_by_state["off"], "hours"),
-        "covered_hours": rounded(fig.span_hours, "hours"),
-        "energy_kwh": rounded(fig.energy_kwh, "kwh"),
-        "variable_cost": rounded(fig.variable_cost, "money"),
-        "fixed_cost": rounded(fig.fixed_cost, "money"),
-        "baseline_node_hours": rounded(fig.baseline_node_hours, "hours"),
-        "baseline_variable_cost": rounded(fig.baseline_variable_cost, "money"),
-        "prompt_tokens": rounded(fig.prompt_tokens, "tokens"),
-        "generation_tokens": rounded(fig.generation_tokens, "tokens"),
-    }  # type: ignore[return-value]
-
-
 def report_rows(report: Report) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The rows and the totals as output values (Decimals). Totals = sums of the rounded rows."""
-    rows, sums = [], None
-    for row in report.rows:
-        parts = _parts(row.figures)
-        out = _row_values(row.start, row.end, row.figures, report.tz, parts)
+    """The rows and the totals as output values (Decimals). The totals are the exact sums rounded
+    once; the rows are rounded to add up to them (``allocate``)."""
+    exact_total = report.totals
+    sums = {k: rounded(v, _PRIMITIVES[k]) for k, v in _exact(exact_total).items()}
+    exact_rows = [_exact(row.figures) for row in report.rows]
+    shown = {k: allocate([r[k] for r in exact_rows], kind) for k, kind in _PRIMITIVES.items()}
+    rows = []
+    for i, row in enumerate(report.rows):
+        parts = {k: shown[k][i] for k in _PRIMITIVES}
+        out = _row_values(row.start, row.end, row.figures, report.tz, parts, row.period_hours)
         out["runs"] = sorted(row.runs)
         rows.append(out)
-        sums = dict(parts) if sums is None else {k: sums[k] + parts[k] for k in sums}
-    exact_total = report.totals
-    if sums is None:
-        sums = _parts(exact_total)
-    totals = _row_values(report.start, report.end, exact_total, report.tz, sums)
+    asked = (min(report.end, report.now) - report.start) / 3600 if report.now > report.start else Fraction(0)
+    totals = _row_values(report.start, report.end, exact_total, report.tz, sums, asked)  # type: ignore[arg-type]
     totals["open_intervals"] = report.open_intervals
     totals["runs"] = sorted({r for row in report.rows for r in row.runs})
     return rows, totals
@@ -286,6 +382,10 @@ def _num(value: Any) -> Any:
     return value
 
 
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if not k.startswith("_")}
+
+
 def render_json(report: Report) -> str:
     rows, totals = report_rows(report)
     doc = {
@@ -293,8 +393,8 @@ def render_json(report: Report) -> str:
         "to": local_iso(report.end, report.tz),
         "source": report.source,
         "currency": report.currency,
-        "rows": [_num(r) for r in rows],
-        "totals": _num(totals),
+        "rows": [_num(_public(r)) for r in rows],
+        "totals": _num(_public(totals)),
     }
     return json.dumps(doc, indent=2) + "\n"
 
@@ -302,8 +402,8 @@ def render_json(report: Report) -> str:
 CSV_COLUMNS = (
     "period", "start", "end", "node_hours", "node_hours_idle", "node_hours_off", "energy_kwh", "variable_cost",
     "fixed_cost", "total_cost", "baseline_node_hours", "baseline_variable_cost", "baseline_total_cost",
-    "saving_variable", "saving_pct_variable", "saving_pct_total", "covered_hours", "prompt_tokens",
-    "generation_tokens", "cost_per_million_tokens", "open_intervals", "currency",
+    "saving_variable", "saving_pct_variable", "saving_pct_total", "covered_hours", "period_hours", "coverage_pct",
+    "prompt_tokens", "generation_tokens", "cost_per_million_tokens", "open_intervals", "currency",
 )  # fmt: skip
 
 
@@ -343,23 +443,51 @@ def _money(x: Decimal | None) -> str:
     return "n/a" if x is None else f"{x:,.2f}"
 
 
-def _pct(x: Decimal | None) -> str:
-    return "n/a" if x is None else f"{x:.1f}%"
+def _pct(x: Fraction | Decimal | None) -> str:
+    """A share as shown in tables and pages: one decimal, rounded half-up once from the exact value."""
+    return "n/a" if x is None else f"{rounded(Fraction(x), 'pct_shown')}%"
+
+
+def _hours(x: Decimal | None) -> str:
+    return "n/a" if x is None else f"{x:,.1f}"
+
+
+def empty_message(report: Report) -> str:
+    what = f"run {report.run_id}" if report.run_id is not None else f"{report.source} runs"
+    text = (f"No {what} recorded anything between {local_iso(report.start, report.tz)} and "
+            f"{local_iso(report.end, report.tz)}: the report is empty.")
+    if report.other_sources:
+        hints = []
+        for src, ids in sorted(report.other_sources.items()):
+            runs = ", ".join(map(str, ids))
+            hints.append(f"{src} runs ({runs}) cover this range: see them with --source {src}")
+        text += " " + "; ".join(hints) + (" (one run alone: --run ID)." if report.run_id is None else ".")
+    return text
 
 
 def _notes(report: Report) -> list[str]:
     notes = []
     if report.empty:
-        what = f"run {report.run_id}" if report.run_id is not None else f"{report.source} runs"
-        notes.append(f"No {what} recorded anything between {local_iso(report.start, report.tz)} and "
-                     f"{local_iso(report.end, report.tz)}: the report is empty.")
-        return notes
+        return [empty_message(report)]
+    rows, totals = report_rows(report)
     if report.open_intervals:
         notes.append(f"* {report.open_intervals} node interval(s) were still open: they are counted up to "
                      f"{local_iso(report.now, report.tz)} (now), so these rows will still grow.")
+    runs = totals["runs"]
+    notes.append(
+        f"Totals: the sum of the rows, for the {_hours(totals['covered_hours'])} hours that "
+        f"{'run' if len(runs) == 1 else 'runs'} {', '.join(map(str, runs))} recorded, of the "
+        f"{_hours(totals['period_hours'])} hours asked for ({_pct(totals['_exact_pct']['coverage_pct'])} covered)."
+    )
+    partial = [r for r in rows if r["coverage_pct"] is None or r["coverage_pct"] < 100]
+    if partial:
+        notes.append(f"{len(partial)} of {len(rows)} rows cover less than their whole {report.by} (column "
+                     f"Covered): every figure, fixed cost included, is for the covered hours only; hours no run "
+                     f"recorded are missing from the report, not free.")
     notes.append("Variable cost is what turning nodes off saves (power and node-hour fees); fixed cost "
                  "(capital, support) is paid either way, so the saving on total cost is smaller.")
-    notes.append("Baseline = the policy's ceiling always on over the same hours. A month counts as 730 hours.")
+    notes.append("Baseline = the policy's ceiling always on over the same hours. A month counts as 730 hours. "
+                 "Figures are exact until shown; rows are rounded so that they add up to the totals.")
     return notes
 
 
@@ -367,7 +495,7 @@ _TABLE_COLUMNS = (
     ("period", "Period"), ("node_hours", "Node-h"), ("energy_kwh", "kWh"), ("variable_cost", "Variable"),
     ("fixed_cost", "Fixed"), ("total_cost", "Total"), ("baseline_variable_cost", "Base var"),
     ("baseline_total_cost", "Base total"), ("saving_variable", "Saved var"), ("saving_pct_variable", "Var %"),
-    ("saving_pct_total", "Total %"),
+    ("saving_pct_total", "Total %"), ("coverage_pct", "Covered"),
 )  # fmt: skip
 
 
@@ -381,8 +509,8 @@ def _cells(report: Report) -> tuple[list[list[str]], list[str]]:
                 label = "TOTAL" if row is totals else _period_label(parse_iso(row["start"]), parse_iso(row["end"]),
                                                                       report.by, report.tz)
                 cells.append(label + ("*" if row is not totals and row["open_intervals"] else ""))
-            elif key.startswith("saving_pct"):
-                cells.append(_pct(row[key]))
+            elif key.startswith("saving_pct") or key == "coverage_pct":
+                cells.append(_pct(row["_exact_pct"][key]))
             elif key in ("node_hours",):
                 cells.append(f"{row[key]:.2f}")
             elif key == "energy_kwh":
@@ -399,8 +527,8 @@ def _headline(report: Report) -> list[str]:
     return [
         f"Cost {_money(totals['total_cost'])} {cur} (variable {_money(totals['variable_cost'])}, fixed "
         f"{_money(totals['fixed_cost'])}); always on at the ceiling: {_money(totals['baseline_total_cost'])} {cur}.",
-        f"Saving: {_money(totals['saving_variable'])} {cur} = {_pct(totals['saving_pct_variable'])} of variable "
-        f"cost, {_pct(totals['saving_pct_total'])} of total cost.",
+        f"Saving: {_money(totals['saving_variable'])} {cur} = {_pct(totals['_exact_pct']['saving_pct_variable'])} of variable "
+        f"cost, {_pct(totals['_exact_pct']['saving_pct_total'])} of total cost.",
     ]
 
 
@@ -528,7 +656,7 @@ CAPTION = (
 
 _HTML_TITLES = (
     "Period", "Node-hours", "Energy (kWh)", "Variable cost", "Fixed cost", "Total cost", "Always on: variable",
-    "Always on: total", "Saved (variable)", "Saved, % of variable", "Saved, % of total",
+    "Always on: total", "Saved (variable)", "Saved, % of variable", "Saved, % of total", "Covered",
 )  # fmt: skip
 
 
@@ -541,7 +669,8 @@ def _human_title(report: Report) -> str:
         span = f"{first:%d %b %Y} to {last:%d %b %Y}"
     else:
         span = f"{first:%d %b %Y %H:%M} to {last:%d %b %Y %H:%M}"
-    what = {"live": "the live fleet", "simulation": "simulated runs (backtests)", "all": "live and simulated runs"}
+    what = {"live": "the live fleet", "advisory": "advisory runs (decisions not acted on)",
+            "simulation": "simulated runs (backtests)", "all": "all runs"}
     who = f"run {report.run_id}" if report.run_id is not None else what.get(report.source, report.source)
     return f"Fleet cost, {span} ({report.tz.key}), {who}"
 
@@ -550,10 +679,10 @@ def render_html(report: Report) -> str:
     esc = html.escape
     cur = esc(report.currency or "")
     if report.empty:
-        body = f"<p class='empty'>{esc(_notes(report)[0])}</p>"
+        body = f"<p class='empty'>{esc(empty_message(report))}</p>"
         return PAGE.substitute(title=esc(_human_title(report)), headline="", chart="", table=body, notes="")
     rows, totals = report_rows(report)
-    sv, pv, pt = totals["saving_variable"], totals["saving_pct_variable"], totals["saving_pct_total"]
+    sv, pv, pt = totals["saving_variable"], totals["_exact_pct"]["saving_pct_variable"], totals["_exact_pct"]["saving_pct_total"]
     fixed = ", ".join(f"{_money(m)} {esc(c)} a month" for c, m in report.fixed_monthly)
     headline = (
         f"<div class='big'><div><span class='num'>{_pct(pv)}</span><span>saved on variable costs</span>"

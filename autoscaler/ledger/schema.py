@@ -7,10 +7,12 @@ top of the repository points at the same folder, for developers who write a new 
 
     .venv/bin/alembic revision --rev-id 0002 -m "why this change"   # -> versions/2026_12_01_0002_...
 
-Every ``Ledger`` calls ``ensure_schema``: a database without ledger tables gets them, an older one
-is upgraded (both say so once on stderr), one at the code's head is left alone, and one whose
-revision this code does not know (written by a newer autoscaler) is refused with a message that
-names the revision. Two processes migrating at once serialise on a lock (SQLite: BEGIN IMMEDIATE;
+A writing ``Ledger`` calls ``ensure_schema``: a database without ledger tables gets them, an older
+one is upgraded (both logged at INFO: normal events), one at the code's head is left alone, one
+whose revision this code does not know (written by a newer autoscaler) is refused with a message
+that names the revision, and one with ledger tables but no ``alembic_version`` row is refused with
+a message that says so. A read-only ``Ledger`` (report, why) calls ``check_schema`` instead, which
+never creates, migrates or writes anything and names a file that is not a ledger for what it is. Two processes migrating at once serialise on a lock (SQLite: BEGIN IMMEDIATE;
 PostgreSQL: a transaction-level advisory lock) and the second finds the work done.
 
 SQLite runs in WAL mode with a 30 s busy timeout, and every write transaction starts with
@@ -21,13 +23,15 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
@@ -53,12 +57,16 @@ def one_line(exc: BaseException) -> str:
     return text[0].strip() if text else type(orig).__name__
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url`` with the ledger's connection settings. BadInput for a bad URL."""
+def make_engine(url: str, *, read_only: bool = False, flag: str = "--db") -> Engine:
+    """An engine for ``url`` with the ledger's connection settings. BadInput for a bad URL
+    (``flag`` names where the URL came from: ``--db`` or ``AUTOSCALER_DATABASE_URL``).
+
+    ``read_only``: SQLite opens the file with ``mode=ro`` and changes no setting in it (no WAL
+    switch), PostgreSQL runs read-only transactions: a read command cannot change the database."""
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise BadInput(f"--db: {redact_url(url)!r} is not a database URL (e.g. sqlite:///autoscaler.db)") from None
+        raise BadInput(f"{flag}: {redact_url(url)!r} is not a database URL (e.g. sqlite:///autoscaler.db)") from None
     backend = parsed.get_backend_name()
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername=_default_pg_driver())
@@ -66,15 +74,22 @@ def make_engine(url: str) -> Engine:
     kwargs: dict = {"json_serializer": _JSON.encode}
     if backend == "sqlite":
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        db = parsed.database
+        if read_only and db and db != ":memory:" and not db.startswith("file:"):
+            ro = f"file:{quote(str(Path(db).resolve()))}?mode=ro"
+            kwargs["creator"] = lambda: sqlite3.connect(ro, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+                                                        check_same_thread=False)
     elif backend == "postgresql":
         kwargs["connect_args"] = {"connect_timeout": 5}
         kwargs["pool_pre_ping"] = True
     try:
         engine = create_engine(parsed, **kwargs)
     except (NoSuchModuleError, ImportError) as exc:
-        raise BadInput(f"--db: {redact_url(url)}: no driver for this kind of database ({one_line(exc)})") from None
+        raise BadInput(f"{flag}: {redact_url(url)}: no driver for this kind of database ({one_line(exc)})") from None
     if backend == "sqlite":
-        _sqlite_setup(engine)
+        _sqlite_setup(engine, read_only=read_only)
+    elif read_only and backend == "postgresql":
+        engine = engine.execution_options(postgresql_readonly=True)  # type: ignore[assignment]
     return engine
 
 
@@ -88,15 +103,16 @@ def _default_pg_driver() -> str:
     return "postgresql"
 
 
-def _sqlite_setup(engine: Engine) -> None:
+def _sqlite_setup(engine: Engine, *, read_only: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:
         # The driver must not open transactions by itself: we emit BEGIN (IMMEDIATE) below.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        if not read_only:  # journal_mode = WAL rewrites the file's header: only writers set it
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 
@@ -154,6 +170,67 @@ def _newer_error(url: str, revision: str, head: str) -> RuntimeFailure:
     )
 
 
+def _where(url: str) -> str:
+    """How a message names the database: a SQLite file by its path, anything else by its URL."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return redact_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        return parsed.database
+    return redact_url(url)
+
+
+def ledger_table_names() -> set[str]:
+    from autoscaler.ledger.models import Base
+
+    return set(Base.metadata.tables)
+
+
+def _no_version_error(url: str, found: set[str]) -> RuntimeFailure:
+    return RuntimeFailure(
+        f"{_where(url)}: has ledger tables ({', '.join(sorted(found)[:4])}{', ...' if len(found) > 4 else ''}) but no "
+        f"alembic_version row, so its schema revision is unknown and it is neither read nor upgraded; restore the "
+        f"row (the revision its tables were made by, e.g. INSERT INTO alembic_version VALUES ('{code_head()}')) "
+        f"or use a new ledger"
+    )
+
+
+def check_schema(engine: Engine, url: str) -> None:
+    """For read commands: the database must be a ledger at the code's head revision. Nothing is
+    created, migrated or written; a file that is not a ledger is named for what it is."""
+    head = code_head()
+    where = _where(url)
+    try:
+        with engine.connect() as conn:
+            names = set(inspect(conn).get_table_names())
+            current = database_revision(conn) if "alembic_version" in names else None
+            conn.rollback()
+    except (DBAPIError, SQLAlchemyError) as exc:
+        text = one_line(exc)
+        if "file is not a database" in text:
+            raise BadInput(f"{where}: not a SQLite database, so not a ledger; it was left untouched") from None
+        raise RuntimeFailure(f"ledger database {redact_url(url)}: {text}") from exc
+    ledger_tables = ledger_table_names() & names
+    if current is None:
+        if ledger_tables:
+            raise _no_version_error(url, ledger_tables)
+        if not names:
+            raise BadInput(f"{where}: an empty database, not a ledger: nothing has been recorded there "
+                           f"(it was left untouched)")
+        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        raise BadInput(f"{where}: a database with {len(names)} other table(s) ({shown}) and no ledger tables: "
+                       f"not a ledger; it was left untouched")
+    if current == head:
+        return
+    if current not in known_revisions():
+        raise _newer_error(url, current, head)
+    raise RuntimeFailure(
+        f"{where}: the ledger is at schema revision {current} and this autoscaler reads {head}; a read command "
+        f"does not migrate: upgrade it with `autoscaler ledger upgrade --db URL`"
+    )
+
+
 def ensure_schema(engine: Engine, url: str) -> None:
     """Bring the database to the code's head revision (see the module docstring)."""
     head = code_head()
@@ -174,10 +251,13 @@ def ensure_schema(engine: Engine, url: str) -> None:
                 if current is not None and current not in known_revisions():
                     raise _newer_error(url, current, head)
                 if current is None:
-                    log.warning("ledger: %s has no ledger tables yet; creating them (schema revision %s)",
-                                redact_url(url), head)
+                    found = ledger_table_names() & set(inspect(conn).get_table_names())
+                    if found:
+                        raise _no_version_error(url, found)
+                    log.info("ledger: %s has no ledger tables yet; creating them (schema revision %s)",
+                             redact_url(url), head)
                 else:
-                    log.warning("ledger: upgrading %s from schema revision %s to %s", redact_url(url), current, head)
+                    log.info("ledger: upgrading %s from schema revision %s to %s", redact_url(url), current, head)
                 command.upgrade(alembic_config(conn), "head")
     except (DBAPIError, SQLAlchemyError) as exc:
         raise RuntimeFailure(f"ledger database {redact_url(url)}: {one_line(exc)}") from exc

@@ -79,7 +79,7 @@ from autoscaler.ledger.models import (
     Run,
     TokenCountRow,
 )
-from autoscaler.ledger.schema import WRITE, ensure_schema, make_engine, one_line
+from autoscaler.ledger.schema import WRITE, check_schema, ensure_schema, make_engine, one_line
 from autoscaler.policy.loader import LoadedPolicy, parse_policy
 from autoscaler.policy.model import Policy
 from autoscaler.settings import redact_url
@@ -345,20 +345,27 @@ class Ledger:
     """The ledger in one database. ``url`` is a SQLAlchemy URL (``sqlite:///autoscaler.db``,
     ``postgresql://user:pw@host/db``). The schema is created or upgraded on first use.
 
-    ``create=False`` refuses to create a SQLite file that does not exist (for commands that only
-    read: a mistyped path should not look like an empty ledger).
+    ``create=False`` refuses to create a SQLite file that does not exist (a mistyped path should
+    not look like an empty ledger). ``read_only=True`` (report, why, status: commands that only
+    read) implies it, and never creates, migrates or writes the database: it must be a ledger at
+    this code's schema revision, else the error says what the file is (``schema.check_schema``).
+    ``flag`` names where the URL came from in error messages (``--db``, ``AUTOSCALER_DATABASE_URL``).
     """
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(self, url: str, *, create: bool = True, read_only: bool = False, flag: str = "--db") -> None:
         self.url = url
         self.safe_url = redact_url(url)
+        self.read_only = read_only
         parsed = make_url(url) if "://" in url else None
-        if not create and parsed is not None and parsed.get_backend_name() == "sqlite":
+        if (not create or read_only) and parsed is not None and parsed.get_backend_name() == "sqlite":
             db = parsed.database
             if db and db != ":memory:" and not db.startswith("file:") and not Path(db).exists():
                 raise RuntimeFailure(f"no ledger database at {db} ({self.safe_url}): nothing has been recorded there")
-        self.engine = make_engine(url)
-        ensure_schema(self.engine, url)
+        self.engine = make_engine(url, read_only=read_only, flag=flag)
+        if read_only:
+            check_schema(self.engine, url)
+        else:
+            ensure_schema(self.engine, url)
         self._policy_of_run: dict[int, str] = {}
         self._nodes_of_run: dict[int, dict[str, list[str]]] = {}
         # The leader's epoch, once the live service leads: every write is then fenced by it.

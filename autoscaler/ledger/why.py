@@ -104,6 +104,8 @@ class GroupAnswer:
     holds_since: dict[str, int]
     acted_since: list[DecisionInfo]
     note: str
+    counted_from: float | None = None  # decisions after this instant, up to the asked one, are counted
+    decisions_since: int = 0  # every decision in that stretch: holds + the ones that acted
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +114,8 @@ class GroupAnswer:
                                                       "detail": self.event.detail},
             "cause": None if self.cause is None else decision_dict(self.cause),
             "holds_since": self.holds_since,
+            "counted_from": iso(self.counted_from),
+            "decisions_since_count": self.decisions_since,
             "decisions_since": [decision_dict(d) for d in self.acted_since],
             "explanation": self.note,
         }
@@ -150,10 +154,19 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
         elif not on and nodes_on and phase != "failed":
             phase, since = "ready", min(iv.start for iv in intervals.values() if iv.state == "active")
         on = nodes_on
-    since_for_holds = since if since is not None else run.started_at
-    holds = ledger.hold_counts(run.id, since_for_holds, at)
-    acted = [d for d in ledger.decisions(run.id, start=since_for_holds, end=at, acted_only=True)
+    # What kept it on is counted from what turned it on: the decision that started it (excluded), or
+    # the start of the run when it was on from the beginning; every decision up to ``at`` counts,
+    # the holds and the ones that acted on other groups alike.
+    if cause is not None:
+        counted_from = cause.at
+    elif cause_event is not None:
+        counted_from = cause_event.at
+    else:
+        counted_from = run.started_at
+    holds = ledger.hold_counts(run.id, counted_from, at)
+    acted = [d for d in ledger.decisions(run.id, start=counted_from, end=at, acted_only=True)
              if cause is None or d.id != cause.id]
+    decisions_since = sum(holds.values()) + len(acted)
     node_words = ", ".join(f"{n['node']} {n['state']}" + (f" since {n['since']}" if n["since"] else "")
                            for n in node_info)
     head = f"{group} was {'ON' if on else 'OFF'} ({phase}"
@@ -170,14 +183,21 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
         lines.append(f"It was already {'on' if on else 'off'} when run {run.id} started at {iso(run.started_at)}; "
                      f"no decision in this run changed it before {iso(at)}.")
     if on and phase in ("starting", "ready"):
-        total = sum(holds.values())
-        if total:
-            counts = ", ".join(f"{r} {n}" for r, n in sorted(holds.items(), key=lambda kv: -kv[1]))
-            lines.append(f"It stayed on because the {total} decisions since then held ({counts}) and none drained it.")
+        held = sum(holds.values())
+        if decisions_since:
+            what = "it was started" if cause_event is not None else f"run {run.id} started"
+            counts = ", ".join(f"{r} {n}" for r, n in sorted(holds.items(), key=lambda kv: (-kv[1], kv[0])))
+            text = (f"It stayed on: from {what} ({iso(counted_from)}) to {iso(at)}, {decisions_since} "
+                    f"decision{'s were' if decisions_since != 1 else ' was'} taken; {held} held")
+            text += f" ({counts})" if held else ""
+            if acted:
+                text += f", {len(acted)} acted on other groups"
+            lines.append(text + ", and none drained it.")
         if acted:
             lines.append("Decisions that acted since then (on other groups): "
                          + "; ".join(f"#{d.id} {d.action} {d.group or ''} ({d.reason}) at {iso(d.at)}" for d in acted))
-    return GroupAnswer(group, phase, on, since, node_info, last, cause, cause_event, holds, acted, " ".join(lines))
+    return GroupAnswer(group, phase, on, since, node_info, last, cause, cause_event, holds, acted, " ".join(lines),
+                       counted_from, decisions_since)
 
 
 def why_at(ledger: Ledger, at: float, *, source: str = "live", group: str | None = None,
@@ -185,8 +205,17 @@ def why_at(ledger: Ledger, at: float, *, source: str = "live", group: str | None
     """The answer for one instant, as a JSON-able dict with an ``explanation`` per group."""
     run = choose_run(ledger, at, source, run_id)
     if run is None:
-        return {"at": iso(at), "run": None, "groups": [], "last_decisions": [],
-                "message": f"no {source if source != 'all' else ''} run was recording at {iso(at)}".replace("  ", " ")}
+        message = f"no {source if source != 'all' else ''} run was recording at {iso(at)}".replace("  ", " ")
+        if source != "all" and run_id is None:  # say which other sources were recording, and how to see them
+            others: dict[str, list[int]] = {}
+            for r in ledger.runs(source="all"):
+                if r.started_at <= at and (r.ended_at is None or at <= r.ended_at):
+                    others.setdefault(r.source, []).append(r.id)
+            if others:
+                message += "; " + "; ".join(
+                    f"{src} runs ({', '.join(map(str, ids))}) were: see them with --source {src}"
+                    for src, ids in sorted(others.items()))
+        return {"at": iso(at), "run": None, "groups": [], "last_decisions": [], "message": message}
     fleet = ledger.fleet_of_run(run.id, at)
     groups = fleet["groups"]
     if group is not None and group not in groups:
