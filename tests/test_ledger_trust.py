@@ -292,7 +292,7 @@ def test_why_counts_every_decision_since_the_group_was_started(tmp_path, capsys)
     assert g3["holds_since"] == {"stabilizing": 6, "steady": 5}
     assert main(["why", "--db", url, "--at", "2026-01-05T03:00:00Z", "--group", "g3"]) == 0
     text = capsys.readouterr().out
-    assert ("from it was started (2026-01-05T02:00:00Z) to 2026-01-05T03:00:00Z, 12 decisions were taken; "
+    assert ("since it was started at 2026-01-05T02:00:00Z, 12 decisions were taken up to 2026-01-05T03:00:00Z: "
             "11 held (stabilizing 6, steady 5), 1 acted on other groups, and none drained it.") in text
     assert parse_time(g3["counted_from"]) == T0 + 2 * H
 

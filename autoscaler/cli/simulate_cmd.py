@@ -7,12 +7,12 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from autoscaler.cli.common import print_json, time_arg
+from autoscaler.cli.common import check_output, print_json, time_arg
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
 from autoscaler.sim.backtest import HPA_DEFAULT_TARGET, backtest, prepare_trace, results_json
 from autoscaler.sim.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepare_prometheus_trace
-from autoscaler.sim.timeline import minute_rows, write_plot, write_timeline
+from autoscaler.sim.timeline import check_plot_path, minute_rows, write_plot, write_timeline
 
 FORMATS = ("auto", "azure", "mooncake", "servegen", "csv")
 
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", action="store_true", help="also run always-on, the HPA sweep and the oracle")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeline-out", metavar="FILE.csv", help="write one row per minute of our replay")
-    p.add_argument("--plot", metavar="FILE", help="draw demand against active nodes (.html, .svg or .png)")
+    p.add_argument("--plot", metavar="FILE", help="draw demand against active nodes (.html or .svg)")
     p.add_argument("--db", metavar="URL", help="write the backtest into the ledger (source 'simulation')")
     p.set_defaults(func=_run)
 
@@ -95,6 +95,11 @@ def _run(args: argparse.Namespace) -> int:
     _check_source(args)
     if args.peak_utilization is not None and not 0 < args.peak_utilization <= 10:
         raise BadInput(f"--peak-utilization: {args.peak_utilization} must be above 0 and at most 10")
+    # Every output before any work (a 14-day replay must not end in "cannot write").
+    if args.plot:
+        check_plot_path(args.plot)
+    check_output("--plot", args.plot)
+    check_output("--timeline-out", args.timeline_out)
     loaded = load_policy(args.policy)
     policy = loaded.policy
     started = time.perf_counter()

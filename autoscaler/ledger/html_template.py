@@ -22,8 +22,13 @@ PAGE = Template("""<!DOCTYPE html>
   .big span { display: block; }
   .big .num { font-size: 2.2em; font-weight: bold; color: #1f5fa8; }
   .big .sub { color: #555; }
-  table { border-collapse: collapse; width: 100%; font-size: 0.9em; margin-top: 1em; }
-  th, td { padding: 0.3em 0.5em; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
+  /* The table must fit the page (12 columns at 1280 px and narrower): headers wrap between words,
+     numbers do not; anything still too wide scrolls inside its box instead of leaving the page. */
+  .table { overflow-x: auto; max-width: 100%; }
+  table { border-collapse: collapse; width: 100%; font-size: 0.85em; margin-top: 1em; }
+  th, td { padding: 0.3em 0.4em; border-bottom: 1px solid #ddd; text-align: right; }
+  th { white-space: normal; vertical-align: bottom; font-weight: 600; }
+  td { white-space: nowrap; }
   th:first-child, td:first-child { text-align: left; }
   tfoot td { font-weight: bold; border-top: 2px solid #888; }
   .notes { color: #555; font-size: 0.9em; }
@@ -36,7 +41,9 @@ PAGE = Template("""<!DOCTYPE html>
 <h1>$title</h1>
 $headline
 $chart
+<div class="table">
 $table
+</div>
 $notes
 </body>
 </html>

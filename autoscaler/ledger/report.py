@@ -23,6 +23,7 @@ from fractions import Fraction
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from autoscaler.charts import nice_ticks, tick_label, time_ticks
 from autoscaler.core.types import parse_time
 from autoscaler.errors import BadInput
 from autoscaler.ledger.cost import (
@@ -580,44 +581,54 @@ def _downsample(points: list[tuple[float, float]], lo: float, hi: float, slots: 
     return [best[k] for k in sorted(best)]
 
 
-def _nice_max(x: float) -> float:
-    if x <= 0:
-        return 1.0
-    for step in (1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000):
-        if x <= step * 4:
-            return step * 4
-    return x
-
-
 def chart_svg(report: Report) -> str:
-    """Active nodes (left axis) and load = running + queued requests (right axis) over time."""
-    w, h, ml, mr, mt, mb = 900, 320, 56, 64, 20, 48
+    """Active nodes (left axis) and load = running + queued requests (right axis) over time.
+
+    The legend sits in a band above the plot, so it never covers a line; both value axes have
+    round ticks, the time axis ticks on round local times without seconds (``charts``)."""
+    w, h, ml, mr, mt, mb = 900, 330, 56, 64, 34, 40
     pw, ph = w - ml - mr, h - mt - mb
     lo, hi = float(report.start), float(min(report.end, report.now))
     if hi <= lo:
         hi = lo + 1
     x = lambda t: ml + (min(max(t, lo), hi) - lo) / (hi - lo) * pw  # noqa: E731
-    max_nodes = max([report.ceiling_nodes] + [n for _, n in report.active_nodes] + [1])
+    node_ticks = nice_ticks(max([report.ceiling_nodes] + [n for _, n in report.active_nodes] + [1]), 6)
+    max_nodes = node_ticks[-1]
     yn = lambda n: mt + ph - n / max_nodes * ph  # noqa: E731
     load = _downsample([(t, v) for t, v in report.load if lo <= t <= hi], lo, hi, 600)
-    max_load = _nice_max(max([v for _, v in load] + [0.0]))
+    load_ticks = nice_ticks(max([v for _, v in load] + [1.0]), 4)
+    max_load = load_ticks[-1]
     yl = lambda v: mt + ph - v / max_load * ph  # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="100%" role="img" '
              f'aria-label="Active nodes and load over time" font-family="sans-serif" font-size="12">']
-    parts.append(f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>')
-    for n in range(0, max_nodes + 1):
+    # legend: above the plot area
+    legend = [("#1f5fa8", "rect", "active nodes (left axis)"), ("#c0620b", "line", "load (right axis)"),
+              ("#888", "dash", f"always on ({report.ceiling_nodes} nodes)")]
+    lx = ml
+    parts.append('<g class="legend">')
+    for color, kind, text in legend:
+        if kind == "rect":
+            parts.append(f'<rect x="{lx}" y="9" width="14" height="10" fill="{color}" fill-opacity="0.35" '
+                         f'stroke="{color}"/>')
+        else:
+            dash = ' stroke-dasharray="4 3"' if kind == "dash" else ""
+            parts.append(f'<line x1="{lx}" y1="14" x2="{lx + 14}" y2="14" stroke="{color}" stroke-width="2"{dash}/>')
+        parts.append(f'<text x="{lx + 20}" y="18" fill="#444">{html.escape(text)}</text>')
+        lx += 20 + 7 * len(text) + 24
+    parts.append("</g>")
+    parts.append(f'<rect id="plot-area" x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>')
+    for n in node_ticks:
         y = yn(n)
         parts.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{ml - 8}" y="{y + 4:.1f}" text-anchor="end" fill="#1f5fa8">{n}</text>')
-    for i in range(5):
-        v = max_load * i / 4
-        parts.append(f'<text x="{ml + pw + 8}" y="{yl(v) + 4:.1f}" fill="#c0620b">{v:g}</text>')
-    # time ticks: about 6, labelled in the report's zone
-    for i in range(7):
-        t = lo + (hi - lo) * i / 6
-        label = datetime.fromtimestamp(t, report.tz).strftime("%d %b %H:%M")
+        parts.append(f'<text class="tick-nodes" x="{ml - 8}" y="{y + 4:.1f}" text-anchor="end" '
+                     f'fill="#1f5fa8">{tick_label(n)}</text>')
+    for v in load_ticks:
+        parts.append(f'<text class="tick-load" x="{ml + pw + 8}" y="{yl(v) + 4:.1f}" fill="#c0620b">'
+                     f'{tick_label(v)}</text>')
+    for t, label in time_ticks(lo, hi, report.tz, 7):
         parts.append(f'<line x1="{x(t):.1f}" y1="{mt + ph}" x2="{x(t):.1f}" y2="{mt + ph + 5}" stroke="#999"/>')
-        parts.append(f'<text x="{x(t):.1f}" y="{mt + ph + 18}" text-anchor="middle" fill="#444">{label}</text>')
+        parts.append(f'<text class="tick-time" x="{x(t):.1f}" y="{mt + ph + 18}" text-anchor="middle" '
+                     f'fill="#444">{html.escape(label)}</text>')
     if report.ceiling_nodes:
         y = yn(report.ceiling_nodes)
         parts.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#888" '
@@ -640,10 +651,6 @@ def chart_svg(report: Report) -> str:
                  f'text-anchor="middle" fill="#1f5fa8">active nodes</text>')
     parts.append(f'<text x="{ml + pw + 52}" y="{mt + ph / 2}" transform="rotate(90 {ml + pw + 52} {mt + ph / 2})" '
                  f'text-anchor="middle" fill="#c0620b">load (requests running + queued)</text>')
-    parts.append(f'<text x="{ml}" y="{h - 6}" fill="#444">'
-                 f'<tspan fill="#1f5fa8">&#9632; active nodes</tspan>   '
-                 f'<tspan fill="#c0620b">&#8212; load</tspan>   '
-                 f'<tspan fill="#888">- - always on ({report.ceiling_nodes} nodes)</tspan></text>')
     parts.append("</svg>")
     return "\n".join(parts)
 

@@ -187,8 +187,8 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
         if decisions_since:
             what = "it was started" if cause_event is not None else f"run {run.id} started"
             counts = ", ".join(f"{r} {n}" for r, n in sorted(holds.items(), key=lambda kv: (-kv[1], kv[0])))
-            text = (f"It stayed on: from {what} ({iso(counted_from)}) to {iso(at)}, {decisions_since} "
-                    f"decision{'s were' if decisions_since != 1 else ' was'} taken; {held} held")
+            text = (f"It stayed on: since {what} at {iso(counted_from)}, {decisions_since} "
+                    f"decision{'s were' if decisions_since != 1 else ' was'} taken up to {iso(at)}: {held} held")
             text += f" ({counts})" if held else ""
             if acted:
                 text += f", {len(acted)} acted on other groups"

@@ -1,17 +1,17 @@
-"""Per-minute timeline of a replay (CSV) and a plot of demand against active nodes (HTML/SVG or PNG)."""
+"""Per-minute timeline of a replay (CSV) and a plot of demand against active nodes (HTML or SVG)."""
 
 from __future__ import annotations
 
 import csv
 import html
 import math
-import struct
-import zlib
+from datetime import timezone
 from pathlib import Path
 
 import numpy as np
 
-from autoscaler.core.types import iso
+from autoscaler.charts import nice_ticks, tick_label, time_ticks
+from autoscaler.core.types import iso, parse_time
 from autoscaler.errors import BadInput
 from autoscaler.sim.engine import SimResult
 from autoscaler.sim.traces import Trace
@@ -45,7 +45,7 @@ def minute_rows(trace: Trace, result: SimResult, nodes_per_group: int) -> list[d
         starting = int(result.tick_starting[k]) if len(result.tick_starting) else 0
         draining = int(result.tick_draining[k]) if len(result.tick_draining) else 0
         rows.append({
-            "time": iso(trace.start_epoch_s + t0 + 60.0 * m),
+            "time": iso(round(trace.start_epoch_s + t0 + 60.0 * m)),  # whole seconds: no microseconds
             "arrivals": int(arrivals[m]),
             "demand": float(demand[m]),
             "groups_ready": ready,
@@ -81,108 +81,90 @@ def _downsample(rows: list[dict], width: int) -> list[dict]:
 
 
 def svg_plot(rows: list[dict], title: str, max_nodes: int, requests_per_node: float) -> str:
-    """Demand (requests in the system) against active nodes, on one time axis."""
-    pts = _downsample(rows, 1200)
-    w, h, left, right, top, bottom = 1200, 360, 60, 60, 30, 40
-    iw, ih = w - left - right, h - top - bottom
-    n = max(1, len(pts) - 1)
-    dmax = max(1.0, max(p["demand"] for p in pts), max_nodes * requests_per_node)
+    """Demand (requests in the system, left axis) against active nodes (right axis) over time.
 
-    def x(i: int) -> float:
-        return left + iw * i / n
+    The legend sits in a band above the plot (it never covers a line); both value axes have round
+    ticks and the time axis ticks on round UTC times without seconds (``autoscaler.charts``)."""
+    pts = _downsample(rows, 1200)
+    w, h, left, right, top, bottom = 1200, 380, 64, 64, 52, 40
+    iw, ih = w - left - right, h - top - bottom
+    times = [parse_time(p["time"]) for p in pts]
+    lo, hi = times[0], times[-1] if times[-1] > times[0] else times[0] + 60
+    demand_ticks = nice_ticks(max(1.0, max(p["demand"] for p in pts), max_nodes * requests_per_node), 4)
+    node_ticks = nice_ticks(max(1, max_nodes), 6)
+    dmax, nmax = demand_ticks[-1], node_ticks[-1]
+
+    def x(t: float) -> float:
+        return left + iw * (t - lo) / (hi - lo)
 
     def y_demand(v: float) -> float:
         return top + ih * (1 - v / dmax)
 
     def y_nodes(v: float) -> float:
-        return top + ih * (1 - v / max_nodes)
+        return top + ih * (1 - v / nmax)
 
-    demand_path = " ".join(f"{x(i):.1f},{y_demand(p['demand']):.1f}" for i, p in enumerate(pts))
+    demand_path = " ".join(f"{x(t):.1f},{y_demand(p['demand']):.1f}" for t, p in zip(times, pts))
     node_path = []
-    for i, p in enumerate(pts):
-        yy = y_nodes(p["active_nodes"])
+    for i, (t, p) in enumerate(zip(times, pts)):
         if i:
-            node_path.append(f"{x(i):.1f},{y_nodes(pts[i - 1]['active_nodes']):.1f}")
-        node_path.append(f"{x(i):.1f},{yy:.1f}")
-    ticks = "".join(
-        f'<text x="{w - right + 6}" y="{y_nodes(k) + 4:.1f}" font-size="11">{k}</text>'
-        for k in range(0, max_nodes + 1, 2)
+            node_path.append(f"{x(t):.1f},{y_nodes(pts[i - 1]['active_nodes']):.1f}")
+        node_path.append(f"{x(t):.1f},{y_nodes(p['active_nodes']):.1f}")
+    grid = "".join(f'<line x1="{left}" y1="{y_demand(v):.1f}" x2="{w - right}" y2="{y_demand(v):.1f}" stroke="#eee"/>'
+                   for v in demand_ticks)
+    nticks = "".join(
+        f'<text class="tick-nodes" x="{w - right + 8}" y="{y_nodes(k) + 4:.1f}" font-size="11">{tick_label(k)}</text>'
+        for k in node_ticks
     )
     dticks = "".join(
-        f'<text x="{left - 8}" y="{y_demand(v) + 4:.1f}" font-size="11" text-anchor="end">{v:.0f}</text>'
-        for v in np.linspace(0, dmax, 5)
+        f'<text class="tick-demand" x="{left - 8}" y="{y_demand(v) + 4:.1f}" font-size="11" text-anchor="end">'
+        f'{tick_label(v)}</text>'
+        for v in demand_ticks
     )
-    labels = (f'<text x="{left}" y="{h - 10}" font-size="11">{html.escape(pts[0]["time"])}</text>'
-              f'<text x="{w - right}" y="{h - 10}" font-size="11" text-anchor="end">{html.escape(pts[-1]["time"])}</text>')
+    tticks = "".join(
+        f'<line x1="{x(t):.1f}" y1="{top + ih}" x2="{x(t):.1f}" y2="{top + ih + 5}" stroke="#999"/>'
+        f'<text class="tick-time" x="{x(t):.1f}" y="{top + ih + 18}" font-size="11" text-anchor="middle">'
+        f'{html.escape(label)}</text>'
+        for t, label in time_ticks(lo, hi, timezone.utc, 8)
+    )
+    legend = (f'<line x1="{left}" y1="36" x2="{left + 16}" y2="36" stroke="#e07b00" stroke-width="2"/>'
+              f'<text x="{left + 22}" y="40" font-size="12" fill="#e07b00">demand: requests running + queued '
+              f'(left axis)</text>'
+              f'<line x1="{left + 330}" y1="36" x2="{left + 346}" y2="36" stroke="#1f5fbf" stroke-width="2"/>'
+              f'<text x="{left + 352}" y="40" font-size="12" fill="#1f5fbf">active nodes (right axis)</text>'
+              f'<text x="{w - right}" y="40" font-size="11" fill="#555" text-anchor="end">time (UTC)</text>')
     return f"""<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}">
 <rect width="{w}" height="{h}" fill="white"/>
 <text x="{left}" y="18" font-size="14" font-family="sans-serif">{html.escape(title)}</text>
-<rect x="{left}" y="{top}" width="{iw}" height="{ih}" fill="none" stroke="#ccc"/>
-<polyline fill="none" stroke="#e07b00" stroke-width="1" points="{demand_path}"/>
-<polyline fill="none" stroke="#1f5fbf" stroke-width="2" points="{' '.join(node_path)}"/>
-<g font-family="sans-serif" fill="#1f5fbf">{ticks}</g><g font-family="sans-serif" fill="#e07b00">{dticks}</g>
-<g font-family="sans-serif" fill="#555">{labels}</g>
-<text x="{left + 10}" y="{top + 16}" font-size="12" font-family="sans-serif" fill="#e07b00">demand: requests running + queued (left axis)</text>
-<text x="{left + 10}" y="{top + 32}" font-size="12" font-family="sans-serif" fill="#1f5fbf">active nodes (right axis)</text>
+<g class="legend" font-family="sans-serif">{legend}</g>
+<rect id="plot-area" x="{left}" y="{top}" width="{iw}" height="{ih}" fill="none" stroke="#ccc"/>
+{grid}
+<polyline id="demand" fill="none" stroke="#e07b00" stroke-width="1" points="{demand_path}"/>
+<polyline id="active-nodes" fill="none" stroke="#1f5fbf" stroke-width="2" points="{' '.join(node_path)}"/>
+<g font-family="sans-serif" fill="#1f5fbf">{nticks}</g><g font-family="sans-serif" fill="#e07b00">{dticks}</g>
+<g font-family="sans-serif" fill="#555">{tticks}</g>
 </svg>"""
 
 
-def _png(width: int, height: int, pixels: bytearray) -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    raw = b"".join(b"\x00" + bytes(pixels[y * width * 3:(y + 1) * width * 3]) for y in range(height))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+PLOT_KINDS = (".html", ".htm", ".svg")
 
 
-def png_plot(rows: list[dict], max_nodes: int, requests_per_node: float, width: int = 1200, height: int = 300) -> bytes:
-    """A plain raster of the same chart (no text): demand in orange, active nodes in blue, on white."""
-    pts = _downsample(rows, width)
-    pix = bytearray(b"\xff" * width * height * 3)
-    dmax = max(1.0, max(p["demand"] for p in pts), max_nodes * requests_per_node)
-
-    def put(x: int, y: int, rgb: tuple[int, int, int]) -> None:
-        if 0 <= x < width and 0 <= y < height:
-            o = (y * width + x) * 3
-            pix[o:o + 3] = bytes(rgb)
-
-    for gx in range(width):  # node grid lines
-        for k in range(0, max_nodes + 1, 2):
-            put(gx, int((height - 1) * (1 - k / max_nodes)), (225, 225, 225))
-    n = max(1, len(pts) - 1)
-    for i in range(len(pts) - 1):
-        x0, x1 = int((width - 1) * i / n), int((width - 1) * (i + 1) / n)
-        for series, scale, rgb, thick in (("demand", dmax, (224, 123, 0), 1), ("active_nodes", max_nodes, (31, 95, 191), 2)):
-            y0 = int((height - 1) * (1 - pts[i][series] / scale))
-            y1 = int((height - 1) * (1 - pts[i + 1][series] / scale))
-            yy0, yy1 = (y0, y1) if series == "demand" else (y0, y0)
-            for xx in range(x0, x1 + 1):
-                frac = (xx - x0) / max(1, x1 - x0)
-                yy = int(yy0 + (yy1 - yy0) * frac)
-                for d in range(thick):
-                    put(xx, yy + d, rgb)
-            if series == "active_nodes" and y1 != y0:  # the step
-                for yy in range(min(y0, y1), max(y0, y1) + 1):
-                    put(x1, yy, rgb)
-            elif series == "demand":
-                for yy in range(min(y0, y1), max(y0, y1) + 1):
-                    put(x1, yy, rgb)
-    return _png(width, height, pix)
+def check_plot_path(path: str) -> None:
+    """Bad input before any work: the kind of plot must be one we draw."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".png":
+        raise BadInput(f"--plot {path}: PNG is not drawn; use .html or .svg (a chart with axes and labels)")
+    if suffix not in PLOT_KINDS:
+        raise BadInput(f"--plot {path}: unknown kind {suffix or '(none)'}; use .html or .svg")
 
 
 def write_plot(path: str, rows: list[dict], title: str, max_nodes: int, requests_per_node: float) -> None:
+    check_plot_path(path)
     suffix = Path(path).suffix.lower()
     try:
-        if suffix == ".png":
-            Path(path).write_bytes(png_plot(rows, max_nodes, requests_per_node))
-        elif suffix in (".html", ".htm", ".svg"):
-            svg = svg_plot(rows, title, max_nodes, requests_per_node)
-            text = svg if suffix == ".svg" else (
-                f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
-                f"<body style='font-family:sans-serif'>{svg}</body></html>")
-            Path(path).write_text(text, encoding="utf-8")
-        else:
-            raise BadInput(f"--plot {path}: unknown kind {suffix or '(none)'}; use .png, .html or .svg")
+        svg = svg_plot(rows, title, max_nodes, requests_per_node)
+        text = svg if suffix == ".svg" else (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+            f"<body style='font-family:sans-serif'>{svg}</body></html>")
+        Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"{path}: cannot write: {exc.strerror}") from exc
