@@ -214,7 +214,7 @@ def test_bad_memory_in_a_snapshot_is_bad_input(tmp_path, memory, expected):
     from autoscaler.errors import BadInput
 
     snap = tmp_path / "s.json"
-    snap.write_text(json.dumps({"at": "2026-01-05T09:00:00Z", "memory": memory}))
+    snap.write_text(json.dumps({"at": "2026-01-05T09:00:00Z", "fleet": {"groups": {}}, "memory": memory}))
     policy = load_policy(ROOT / "policies/default.yaml").policy
     with pytest.raises(BadInput) as exc:
         load_snapshot(str(snap), policy)

@@ -12,6 +12,10 @@ Format (README, "Ask the core offline"); every time is ISO 8601, UTC without a z
 
 ``signals`` may be the output of ``autoscaler signals --json`` as it is. Groups missing from
 ``fleet.groups`` are off. ``memory`` may be omitted (a fresh controller).
+
+Validated as strictly as a policy: UTF-8 text without NUL bytes; an unknown key anywhere is an
+error (a typo would silently drop what it meant to set); ``fleet`` is required (a missing one is
+not "all off"); counts, rates, latencies and durations are 0 or more, ``kv_usage`` 0 to 1.
 """
 
 from __future__ import annotations
@@ -33,9 +37,19 @@ from autoscaler.core.types import (
     parse_time,
 )
 from autoscaler.errors import BadInput
+from autoscaler.policy.loader import read_text_file
 from autoscaler.policy.model import Policy
 
 _SIGNAL_KEYS = set(GroupSignals.__slots__)  # type: ignore[attr-defined]
+_TOP_KEYS = ("at", "signals", "fleet", "memory")
+_SIGNALS_KEYS = ("at", "groups", "fleet", "problems")  # `autoscaler signals --json` as it is
+_FLEET_KEYS = ("synced", "groups")
+_GROUP_KEYS = ("phase", "since")
+_PROBLEM_KEYS = ("signal", "group", "kind", "detail")
+# The keys `decide --memory-out` writes, so that its output chains into the next call.
+_MEMORY_KEYS = tuple(Memory().to_dict())
+# Upper bounds where a signal has one (kv_usage is a share of the KV cache).
+_SIGNAL_MAX = {"kv_usage": 1.0}
 
 
 class _Reader:
@@ -60,9 +74,22 @@ class _Reader:
             raise self.fail(where, f"{value!r} is not a finite number or null")
         return float(value)
 
-    def mapping(self, value: Any, where: str) -> dict:
+    def non_negative(self, value: Any, where: str, most: float | None = None) -> float | None:
+        number = self.number(value, where)
+        if number is not None and number < 0:
+            raise self.fail(where, f"{value!r} is negative; it must be 0 or more")
+        if number is not None and most is not None and number > most:
+            raise self.fail(where, f"{value!r} is above {most:g}")
+        return number
+
+    def mapping(self, value: Any, where: str, keys: tuple[str, ...] | None = None) -> dict:
         if not isinstance(value, dict):
             raise self.fail(where, f"expected an object, got {type(value).__name__}")
+        if keys is not None:
+            unknown = [k for k in value if k not in keys]
+            if unknown:
+                path = f"{where}.{unknown[0]}" if where != "(top level)" else str(unknown[0])
+                raise self.fail(path, f"unknown field; known: {', '.join(keys)}")
         return value
 
     def group_signals(self, value: Any, where: str) -> GroupSignals:
@@ -70,14 +97,17 @@ class _Reader:
         unknown = sorted(set(data) - _SIGNAL_KEYS)
         if unknown:
             raise self.fail(f"{where}.{unknown[0]}", f"unknown signal; known: {', '.join(sorted(_SIGNAL_KEYS))}")
-        return GroupSignals(**{k: self.number(v, f"{where}.{k}") for k, v in data.items()})
+        return GroupSignals(**{k: self.non_negative(v, f"{where}.{k}", _SIGNAL_MAX.get(k)) for k, v in data.items()})
 
 
 def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at: float | None = None):
     """-> (SignalSnapshot, FleetState, Memory, now). Raises BadInput naming the field."""
     r = _Reader(source)
-    data = r.mapping(data, "(top level)")
+    data = r.mapping(data, "(top level)", _TOP_KEYS)
     names = policy.fleet.group_names()
+    if "fleet" not in data:
+        raise r.fail("fleet", "required: the state of the groups ({\"synced\": true, \"groups\": {...}}); "
+                              "a missing fleet is not read as all off")
     if at is None:
         if "at" not in data and not isinstance(data.get("signals"), dict):
             raise r.fail("at", "required (or pass --at)")
@@ -86,7 +116,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
             raise r.fail("at", "required (or pass --at)")
         at = r.time(at_value, "at")
 
-    sig = r.mapping(data.get("signals", {}), "signals")
+    sig = r.mapping(data.get("signals", {}), "signals", _SIGNALS_KEYS)
     groups = {}
     for name, value in r.mapping(sig.get("groups", {}), "signals.groups").items():
         if name not in names:
@@ -95,7 +125,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
     fleet_signals = r.group_signals(sig.get("fleet", {}), "signals.fleet")
     problems = []
     for i, p in enumerate(sig.get("problems", []) or []):
-        p = r.mapping(p, f"signals.problems[{i}]")
+        p = r.mapping(p, f"signals.problems[{i}]", _PROBLEM_KEYS)
         if p.get("kind") not in PROBLEM_KINDS:
             raise r.fail(f"signals.problems[{i}].kind", f"{p.get('kind')!r} is not one of {', '.join(PROBLEM_KINDS)}")
         signal, group = p.get("signal"), p.get("group")
@@ -106,12 +136,12 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         problems.append(Problem(signal, group, p["kind"], str(p.get("detail", ""))))
     signals = SignalSnapshot(at, groups, fleet_signals, tuple(problems))
 
-    fl = r.mapping(data.get("fleet", {}), "fleet")
+    fl = r.mapping(data["fleet"], "fleet", _FLEET_KEYS)
     states = {name: GroupState(name, Phase.OFF, 0.0) for name in names}
     for name, value in r.mapping(fl.get("groups", {}), "fleet.groups").items():
         if name not in names:
             raise r.fail(f"fleet.groups.{name}", f"no such group in the policy ({', '.join(names)})")
-        value = r.mapping(value, f"fleet.groups.{name}")
+        value = r.mapping(value, f"fleet.groups.{name}", _GROUP_KEYS)
         try:
             phase = Phase(value.get("phase"))
         except ValueError:
@@ -124,13 +154,13 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         raise r.fail("fleet.synced", f"{synced!r} is not true or false")
     fleet = FleetState(states, synced)
 
-    mem = r.mapping(data.get("memory", {}) or {}, "memory")
+    mem = r.mapping(data.get("memory", {}) or {}, "memory", _MEMORY_KEYS)
 
     def opt_time(key: str) -> float | None:
         return None if mem.get(key) is None else r.time(mem[key], f"memory.{key}")
 
     def required_number(value: Any, where: str) -> float:
-        number = r.number(value, where)
+        number = r.non_negative(value, where)
         if number is None:
             raise r.fail(where, "null is not a number")
         return number
@@ -167,10 +197,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
 
 
 def load_snapshot(path: str, policy: Policy, at: float | None = None):
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    text = read_text_file(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -1,5 +1,6 @@
-"""The ``autoscaler`` command. Each subcommand lives in its own module with a ``register``.
+"""Keeps an LLM serving fleet of multi-node groups as large as its load needs: decide, backtest, report.
 
+For developers: each subcommand lives in its own module with a ``register(subparsers)``.
 ``--json`` prints exactly one JSON object on stdout; logs and progress go to stderr.
 Exit codes: 0 success, 1 runtime failure, 2 bad input (see ``autoscaler.errors``).
 """
@@ -11,6 +12,8 @@ import importlib
 import logging
 import sys
 
+from autoscaler import __version__
+from autoscaler.cli.common import Parser
 from autoscaler.errors import AutoscalerError
 
 # Subcommand modules, in the order --help lists them. Each exposes register(subparsers).
@@ -29,17 +32,31 @@ COMMAND_MODULES = [
 ]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors are bad input: exit 2, one line
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
+DESCRIPTION = """\
+Keeps an expensive LLM serving fleet exactly as large as its load needs. The fleet is made of
+groups (nodes running one model together, behind the SGLang Model Gateway); the autoscaler reads
+load from Prometheus, starts and drains groups between a floor and a ceiling, and records every
+decision and what it cost in a ledger.
+
+Ops: write a policy (policy validate), ask what it would do (decide), backtest it on recorded
+traffic (simulate), check the live signals (signals), ask why a group was on (why).
+Finance: what the fleet cost against always on, by day, week or month (report).
+"""
+EPILOG = ("Exit codes: 0 success, 1 a runtime failure (a service or the database), 2 bad input. "
+          "Errors are one line on stderr. 'autoscaler COMMAND --help' for a command's flags.")
+
+
+_Parser = Parser  # the old private name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="autoscaler", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output on stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser = Parser(prog="autoscaler", description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"autoscaler {__version__}",
+                        help="print the version and exit")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more log output on stderr (-v: info, -vv: debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -51,8 +68,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except AutoscalerError as exc:
-        # One line per problem, naming the file, line or field (INTERFACES.md): as the error says it.
-        print(str(exc), file=sys.stderr)
+        # One line naming the file, line or field (docs/interfaces.md), as the error says it. An
+        # invalid policy may have several: the first, and how to see them all (policy validate
+        # prints every one, one per line).
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        if len(lines) > 1 and args.command != "policy":
+            more = f" (and {len(lines) - 1} more: autoscaler policy validate FILE lists them)"
+            lines = [lines[0] + more]
+        print("\n".join(lines), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from autoscaler.adapters.snapshot_file import load_snapshot
-from autoscaler.cli.common import print_json, time_arg
+from autoscaler.cli.common import check_output, print_json, time_arg
 from autoscaler.core import decide
 from autoscaler.core.types import iso
 from autoscaler.policy import load_policy
@@ -13,8 +13,9 @@ from autoscaler.policy import load_policy
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("decide", help="run one decision offline from a snapshot (signals + fleet state + memory)")
-    p.add_argument("--policy", required=True, metavar="FILE")
-    p.add_argument("--snapshot", required=True, metavar="FILE.json")
+    p.add_argument("--policy", required=True, metavar="FILE", help="the policy (YAML)")
+    p.add_argument("--snapshot", required=True, metavar="FILE.json",
+                   help="signals, fleet state and (optionally) memory as JSON (README, 'Ask the core offline')")
     p.add_argument("--at", type=time_arg, metavar="T", help="decide as of this time (default: the snapshot's 'at')")
     p.add_argument("--json", action="store_true", help="print the decision as one JSON object")
     p.add_argument("--memory-out", metavar="FILE.json", help="write the next memory here (to chain decisions)")
@@ -22,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    check_output("--memory-out", args.memory_out)
     policy = load_policy(args.policy).policy
     signals, fleet, memory, now = load_snapshot(args.snapshot, policy, args.at)
     decision, next_memory = decide(signals, fleet, policy, memory, now)
@@ -29,7 +31,12 @@ def _run(args: argparse.Namespace) -> int:
         import json
         from pathlib import Path
 
-        Path(args.memory_out).write_text(json.dumps(next_memory.to_dict(), indent=2) + "\n")
+        try:
+            Path(args.memory_out).write_text(json.dumps(next_memory.to_dict(), indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:  # checked before the work: the disk failed in between
+            from autoscaler.errors import RuntimeFailure
+
+            raise RuntimeFailure(f"--memory-out: cannot write {args.memory_out}: {exc.strerror or exc}") from exc
     if args.json:
         print_json(decision.to_dict())
         return 0

@@ -45,19 +45,22 @@ def register(subparsers) -> None:
 def _load_arguments(ld: argparse.ArgumentParser) -> None:
     ld.add_argument("--target", required=True, help="base URL of the gateway or worker, e.g. http://127.0.0.1:30000")
     ld.add_argument("--trace", required=True, help="trace file (Mooncake JSONL, Azure CSV, ...)")
-    ld.add_argument("--trace-format", default="auto", help="trace format (default auto)")
+    ld.add_argument("--trace-format", default="auto", choices=("auto", "azure", "mooncake", "servegen", "csv"),
+                    help="the trace's format: auto, azure, mooncake, servegen, csv (default auto)")
     ld.add_argument("--start-at", default=None, help="absolute start of a trace without times (ISO 8601)")
     ld.add_argument("--peak-utilization", type=float, default=None,
                     help="scale the arrival rate so the busiest 5 minutes offer this share of the fleet's slots")
     ld.add_argument("--policy", default=None, help="policy file: fleet size and speeds for --peak-utilization")
     ld.add_argument("--speedup", type=float, default=1.0, help="replay this many times faster than real time (default 1)")
     ld.add_argument("--max-requests", type=int, default=200, help="send at most this many requests (default 200)")
-    ld.add_argument("--max-seconds", type=float, default=60.0, help="stop sending after this many seconds (default 60)")
+    ld.add_argument("--max-seconds", type=float, default=60.0,
+                    help="bound on the whole run: no request is sent after it, and requests still open then "
+                         "are cut and counted as 'deadline' (default 60)")
     ld.add_argument("--request-timeout-s", type=float, default=None,
                     help="a request still open after this long is a timeout (default 120)")
     ld.add_argument("--concurrency-limit", type=int, default=512, help="most requests open at once (default 512)")
     ld.add_argument("--model", default="MiniMaxAI/MiniMax-M2.5", help="model field of each request")
-    ld.add_argument("--seed", type=int, default=0, help="seed for load scaling and prompt text (default 0)")
+    ld.add_argument("--seed", type=int, default=0, help="seed for load scaling and prompt text, 0 or more (default 0)")
     ld.add_argument("--outcomes", default=None, metavar="FILE",
                     help="write every request's outcome (reason, status, TTFT) to FILE as JSON lines")
     ld.add_argument("--json", action="store_true", help="print one JSON summary on stdout, nothing else")

@@ -13,17 +13,18 @@ from autoscaler.policy.loader import policy_to_dict
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("policy", help="validate or show scaling policies")
+    p = sub.add_parser("policy", help="validate or show scaling policies",
+                       description="Check policy files, or print a policy with every default filled in.")
     psub = p.add_subparsers(dest="policy_command", metavar="ACTION", parser_class=type(p))
     psub.required = True
 
     v = psub.add_parser("validate", help="check policy files; exit 0 if all are valid, 2 otherwise")
-    v.add_argument("files", nargs="+", metavar="FILE")
+    v.add_argument("files", nargs="+", metavar="FILE", help="policy files (YAML); every error is one line")
     v.add_argument("--json", action="store_true", help="print {file: [errors]} as JSON")
     v.set_defaults(func=_validate)
 
     s = psub.add_parser("show", help="print the effective policy with every default filled in")
-    s.add_argument("file", metavar="FILE")
+    s.add_argument("file", metavar="FILE", help="a policy file (YAML)")
     s.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     s.set_defaults(func=_show)
 

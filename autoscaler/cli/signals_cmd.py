@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(snapshot, settings.prometheus_url, sys.stdout)
     if is_unreachable(snapshot):
-        print(f"autoscaler: prometheus at {settings.prometheus_url} is unreachable", file=sys.stderr)
+        print(f"prometheus at {settings.prometheus_url} is unreachable", file=sys.stderr)
         return 1
     return 0
 

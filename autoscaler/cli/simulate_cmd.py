@@ -7,7 +7,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from autoscaler.cli.common import check_output, print_json, time_arg
+from autoscaler.cli.common import check_db_output, check_output, check_seed, print_json, time_arg
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
 from autoscaler.sim.backtest import HPA_DEFAULT_TARGET, backtest, prepare_trace, results_json
@@ -15,13 +15,17 @@ from autoscaler.sim.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepa
 from autoscaler.sim.timeline import check_plot_path, minute_rows, write_plot, write_timeline
 
 FORMATS = ("auto", "azure", "mooncake", "servegen", "csv")
+# --peak-utilization: below 1% of the ceiling's slots at the busiest 5 minutes no fleet is sized,
+# and load scaling would keep a handful of requests (1e-9 kept 1 of 2,002).
+MIN_PEAK, MAX_PEAK = 0.01, 10.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="backtest a policy on a recorded trace (and compare with HPA and the oracle)")
-    p.add_argument("--policy", required=True, metavar="FILE")
+    p.add_argument("--policy", required=True, metavar="FILE", help="the policy to backtest (YAML)")
     p.add_argument("--trace", metavar="PATH", help="a trace file (or a ServeGen directory)")
-    p.add_argument("--trace-format", choices=FORMATS, default="auto")
+    p.add_argument("--trace-format", choices=FORMATS, default="auto",
+                   help="the trace's format: " + ", ".join(FORMATS) + " (default auto: recognised by its content)")
     p.add_argument("--from-prometheus", metavar="URL",
                    help="instead of --trace: replay the fleet's request history recorded in this Prometheus "
                         "between --from and --to (docs/backtest-from-prometheus.md)")
@@ -35,9 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --from-prometheus: label matchers for the counters, e.g. 'job=\"sglang\"' "
                         "('' = every series; default: the policy's groups by signals.group_label)")
     p.add_argument("--peak-utilization", type=float, default=None, metavar="U",
-                   help="rescale so the busiest 5 minutes offer U of the ceiling's slots (default 0.5 for --trace; "
-                        "with --from-prometheus no rescaling unless given)")
-    p.add_argument("--seed", type=int, default=0)
+                   help="rescale so the busiest 5 minutes offer U of the ceiling's slots, 0.01 to 10 (default 0.5 "
+                        "for --trace; with --from-prometheus no rescaling unless given)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the load scaling's draws, 0 or more (default 0)")
     p.add_argument("--start-at", type=time_arg, metavar="T",
                    help="when a trace without absolute times starts (default Monday 2026-01-05 00:00 UTC)")
     p.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows and count them")
@@ -93,9 +97,14 @@ def _check_source(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     _check_source(args)
-    if args.peak_utilization is not None and not 0 < args.peak_utilization <= 10:
-        raise BadInput(f"--peak-utilization: {args.peak_utilization} must be above 0 and at most 10")
+    if args.peak_utilization is not None and not MIN_PEAK <= args.peak_utilization <= MAX_PEAK:
+        raise BadInput(f"--peak-utilization: {args.peak_utilization:g} must be from {MIN_PEAK:g} to {MAX_PEAK:g} "
+                       f"(the share of the ceiling's slots the busiest 5 minutes fill)")
+    check_seed(args.seed)
+    if args.step is not None and args.step <= 0:
+        raise BadInput(f"--step: {args.step} must be a number of seconds above 0")
     # Every output before any work (a 14-day replay must not end in "cannot write").
+    check_db_output("--db", args.db)
     if args.plot:
         check_plot_path(args.plot)
     check_output("--plot", args.plot)

@@ -7,13 +7,13 @@ without importing every other subcommand of the CLI.
 import logging
 import sys
 
-from autoscaler.cli import _Parser, run
-from autoscaler.cli import emulate_cmd
+from autoscaler.cli import emulate_cmd, run
+from autoscaler.cli.common import Parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="autoscaler emulate")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser = Parser(prog="autoscaler emulate")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     emulate_cmd.register(sub)
     args = parser.parse_args(["emulate", *(sys.argv[1:] if argv is None else argv)])

@@ -10,15 +10,15 @@ and ``max_tokens`` = the trace's output length. Prompts share prefixes the way t
   (cut to its own length when shorter), so a conversation's later turns extend the earlier ones.
 - Otherwise each prompt is unique from its first character.
 
-Bounds: it sends at most ``max_requests`` requests, none after ``max_seconds`` of replay, and
-every request is abandoned (``timeout``) after ``request_timeout_s``; so a run takes at most
-``max_seconds + request_timeout_s``.
+Bounds: it sends at most ``max_requests`` requests and none after ``max_seconds``; every request
+is abandoned after ``request_timeout_s`` (``timeout``), and any request still open at
+``max_seconds`` is cut then (``deadline``): ``max_seconds`` bounds the whole replay.
 
 Outcomes: ``ok`` (the stream ended with ``data: [DONE]``) or a failure reason from a closed set:
 ``connect_error`` (no TCP connection), ``disconnected`` (the connection closed before a
 response), ``http_<status>`` (a non-200 answer, e.g. ``http_503``), ``stream_cut`` (200, then
 the stream ended before ``[DONE]``), ``stream_error`` (an SSE event carried an ``error``),
-``timeout``. TTFT is from sending to the first event carrying content; percentiles are over the
+``timeout``, ``deadline`` (still open when ``max_seconds`` ran out). TTFT is from sending to the first event carrying content; percentiles are over the
 ``ok`` requests (numpy's linear interpolation).
 """
 
@@ -149,7 +149,12 @@ def plan_requests(t_s: Sequence[float], input_tokens: Sequence[int], output_toke
 
 # ----- sending ---------------------------------------------------------------------------------
 async def _one(session: aiohttp.ClientSession, url: str, model: str, req: PlannedRequest,
-               timeout_s: float, started: float) -> Outcome:
+               timeout_s: float, started: float, left_s: float | None = None) -> Outcome:
+    """One request. ``left_s``: time left of the whole run; a request still open then is cut
+    with reason ``deadline`` (``timeout`` when its own ``timeout_s`` comes first)."""
+    cut_by_deadline = left_s is not None and left_s < timeout_s
+    if cut_by_deadline:
+        timeout_s = max(0.0, left_s)  # type: ignore[arg-type]
     body = {"model": model, "messages": [{"role": "user", "content": req.prompt}],
             "max_tokens": req.output_tokens, "stream": True}
     t0 = time.monotonic()
@@ -190,7 +195,7 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, req: Planne
                 out.e2e_s = time.monotonic() - t0
                 return out
     except TimeoutError:
-        out.reason = "timeout"
+        out.reason = "deadline" if cut_by_deadline else "timeout"
     except aiohttp.ClientConnectorError as exc:
         out.reason, out.detail = "connect_error", str(exc)[:200]
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as exc:
@@ -228,7 +233,8 @@ async def replay(target: str, plan: Sequence[PlannedRequest], *, model: str = "M
 
     async def run(req: PlannedRequest) -> None:
         try:
-            outcomes.append(await _one(session, url, model, req, request_timeout_s, started))
+            left = max_seconds - (loop.time() - t0)  # of the whole run
+            outcomes.append(await _one(session, url, model, req, request_timeout_s, started, left))
         finally:
             limit.release()
 
@@ -332,11 +338,13 @@ def run_load_command(args) -> dict:
 
     if args.max_requests < 1:
         raise BadInput(f"--max-requests: must be at least 1, got {args.max_requests}")
+    if args.seed < 0:
+        raise BadInput(f"--seed: {args.seed} is negative; a seed is a whole number, 0 or more")
     for name in ("max_seconds", "speedup"):
         if not getattr(args, name) > 0:
             raise BadInput(f"--{name.replace('_', '-')}: must be above 0, got {getattr(args, name)}")
-    if args.peak_utilization is not None and not args.peak_utilization > 0:
-        raise BadInput(f"--peak-utilization: must be above 0, got {args.peak_utilization}")
+    if args.peak_utilization is not None and not 0.01 <= args.peak_utilization <= 10:
+        raise BadInput(f"--peak-utilization: {args.peak_utilization:g} must be from 0.01 to 10")
     if args.concurrency_limit < 1:
         raise BadInput(f"--concurrency-limit: must be at least 1, got {args.concurrency_limit}")
     request_timeout = args.request_timeout_s if args.request_timeout_s is not None else 120.0
@@ -344,6 +352,9 @@ def run_load_command(args) -> dict:
         raise BadInput(f"--request-timeout-s: must be above 0, got {request_timeout}")
     if not args.target.startswith(("http://", "https://")):
         raise BadInput(f"--target: {args.target!r} is not an http:// URL")
+    from autoscaler.cli.common import check_output
+
+    check_output("--outcomes", args.outcomes)  # before any work or request
     plan = load_plan(args, say)
     say(f"emulate load: replaying {len(plan)} request(s) against {args.target}")
     _check_reachable(args.target)
@@ -351,9 +362,12 @@ def run_load_command(args) -> dict:
                                   request_timeout_s=request_timeout, concurrency_limit=args.concurrency_limit,
                                   progress=say))
     if args.outcomes:
-        with open(args.outcomes, "w", encoding="utf-8") as f:
-            for o in outcomes:
-                f.write(json.dumps(asdict(o)) + "\n")
+        try:
+            with open(args.outcomes, "w", encoding="utf-8") as f:
+                for o in outcomes:
+                    f.write(json.dumps(asdict(o)) + "\n")
+        except OSError as exc:  # checked before the run: the disk failed in between
+            raise RuntimeFailure(f"--outcomes: cannot write {args.outcomes}: {exc.strerror or exc}") from exc
     return summarize(outcomes).to_json()
 
 

@@ -445,11 +445,11 @@ async def serve(config: WorkerConfig, *, ready_line=None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     msg = f"emulate worker: listening on http://{config.host}:{port} (ready after {config.startup_s:g} s)"
-    (ready_line or (lambda m: log.warning(m)))(msg)
+    (ready_line or (lambda m: log.info(m)))(msg)
     await stop.wait()
     worker.engine.draining = True
-    log.warning("emulate worker: draining %d request(s) before exit", worker.engine.in_flight)
+    log.info("emulate worker: draining %d request(s) before exit", worker.engine.in_flight)  # normal: INFO
     await worker.drained()
     await runner.cleanup()
-    log.warning("emulate worker: drained, exiting")
+    log.info("emulate worker: drained, exiting")
     return 0

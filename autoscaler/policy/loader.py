@@ -110,13 +110,35 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise PolicyInvalid(format_validation_errors(source, exc)) from exc
 
 
+def decode_text(data: bytes, source: str) -> str:
+    """Policies and snapshots are UTF-8 text: another encoding or a NUL byte is bad input, named
+    with its line (``FILE:LINE: not UTF-8 text ...``)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise PolicyInvalid([f"{source}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                             f"{exc.start}); save the file as UTF-8"]) from None
+    if "\x00" in text:
+        line = text[:text.index("\x00")].count("\n") + 1
+        raise PolicyInvalid([f"{source}:{line}: a NUL byte: this is not a text file"])
+    return text.removeprefix("\ufeff")  # a UTF-8 byte order mark is still UTF-8
+
+
+def read_text_file(path: str | Path) -> str:
+    """A policy or snapshot file's text (UTF-8, no NUL). BadInput (exit 2) naming the file."""
+    path = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise PolicyInvalid([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+    return decode_text(data, path)
+
+
 def load_policy(path: str | Path) -> LoadedPolicy:
     """Read and validate a policy file. Raises PolicyInvalid (exit 2) on any problem."""
     path = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyInvalid([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+    text = read_text_file(path)
     return LoadedPolicy(parse_policy(text, path), path, text)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import logging
 import math
 from dataclasses import dataclass
 from importlib import resources
@@ -28,6 +29,8 @@ import numpy as np
 
 from autoscaler.errors import BadInput
 from autoscaler.sim.traces import GAMMA, POISSON, WEIBULL, RateTrace, Trace
+
+log = logging.getLogger("autoscaler.sim.loadscale")
 
 BUSIEST_WINDOW_S = 300.0  # "the busiest 5 minutes"
 LENGTH_TABLE = "azure_conv_lengths.csv"  # in autoscaler/sim/data/
@@ -152,8 +155,27 @@ def scale_trace(
     )
     target = float(peak_utilization) * float(capacity_slots)
     if isinstance(src, RateTrace):
-        return _scale_rates(src, target, prefill_tokens_per_s, decode_tokens_per_s, seed)
-    return _scale_requests(src, target, prefill_tokens_per_s, decode_tokens_per_s, seed)
+        scaled, factor = _scale_rates(src, target, prefill_tokens_per_s, decode_tokens_per_s, seed)
+    else:
+        scaled, factor = _scale_requests(src, target, prefill_tokens_per_s, decode_tokens_per_s, seed)
+    warn_if_few(scaled, factor, src)
+    return scaled, factor
+
+
+# Fewer requests than this after scaling: the replay's figures rest on a handful of requests.
+FEW_REQUESTS = 200
+
+
+def warn_if_few(scaled: Trace, factor: float, src: Trace | RateTrace) -> None:
+    """A loud warning (stderr) when load scaling keeps only a handful of requests."""
+    kept = len(scaled)
+    if kept >= FEW_REQUESTS:
+        return
+    of = f" of {len(src):,}" if isinstance(src, Trace) else ""
+    log.warning(
+        "WARNING: load scaling kept only %s%s requests (scale x%.3g): every figure of this backtest rests on "
+        "them. A fleet this large for this trace needs a higher --peak-utilization, or the trace holds an "
+        "outlier (one request with a huge token count lowers the scale of all)", f"{kept:,}", of, factor)
 
 
 def scale_for_policy(src: Trace | RateTrace, policy, peak_utilization: float, seed: int = 0) -> tuple[Trace, float]:
