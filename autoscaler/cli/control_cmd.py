@@ -146,34 +146,21 @@ def _open_for_read(url: str):
     """An engine on an existing ledger at this code's schema revision; never creates or migrates."""
     from pathlib import Path
 
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-
-    from autoscaler.ledger.schema import code_head, database_revision, make_engine, one_line
+    from autoscaler.ledger.schema import check_schema, make_engine
     from autoscaler.service.leadership import sqlite_path
 
     if url.startswith("sqlite"):
         path = sqlite_path(url)
         if path is not None and not Path(path).exists():
             raise RuntimeFailure(f"no ledger database at {path} ({redact_url(url)}): no controller has run there")
-    engine = make_engine(url)
+    # Opened read-only (SQLite mode=ro, PostgreSQL read-only transactions) and checked without
+    # creating or migrating anything: a file that is not a ledger is named and left untouched.
+    engine = make_engine(url, read_only=True)
     try:
-        tables = _tables(engine)
-        if "alembic_version" not in tables:
-            raise RuntimeFailure(f"{redact_url(url)} is not an autoscaler ledger (no schema revision): "
-                                 "no controller has run there")
-        with engine.connect() as conn:
-            revision = database_revision(conn)
-    except (DBAPIError, SQLAlchemyError) as exc:
-        engine.dispose()
-        raise RuntimeFailure(f"ledger database {redact_url(url)}: {one_line(exc)}") from exc
-    except RuntimeFailure:
+        check_schema(engine, url)
+    except Exception:
         engine.dispose()
         raise
-    head = code_head()
-    if revision != head:
-        engine.dispose()
-        raise RuntimeFailure(f"the ledger {redact_url(url)} is at schema revision {revision}, this autoscaler's is "
-                             f"{head}: status reads it only at the same revision (the controller upgrades it)")
     return engine
 
 
