@@ -110,3 +110,15 @@ def test_a_worker_draining_at_exit_logs_at_info_not_warning(tmp_path):
     log = w.proc.log()
     assert "listening on" in log  # the ready line is printed (it is what a caller waits for)
     assert "WARNING" not in log  # draining at exit and drained are normal: INFO
+
+
+def test_the_interfaces_document_is_in_the_project_and_every_reference_points_there():
+    doc = (REPO / "docs" / "interfaces.md").read_text()
+    for heading in ("## Command line", "## JSON outputs", "## The backtest's definitions", "## The ledger",
+                    "## The live side"):
+        assert heading in doc, heading
+    tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=REPO, check=True).stdout.split()
+    stale = [f for f in tracked if f.endswith((".py", ".md", ".sh", ".toml", ".yaml"))
+             and (REPO / f).exists() and "INTERFACES.md" in (REPO / f).read_text(errors="replace")
+             and f != "tests/test_cli.py"]
+    assert stale == []  # users have no ../shared: everything cites docs/interfaces.md

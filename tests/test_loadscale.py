@@ -1,4 +1,4 @@
-"""Load scale (INTERFACES.md, "The backtest's definitions" -> "Load scale"): exact factors on
+"""Load scale (docs/interfaces.md, "The backtest's definitions" -> "Load scale"): exact factors on
 handmade traces, the busiest sliding 5 minutes after scaling, ServeGen arrivals with the
 inter-arrival gap carried across windows, and the shipped token-length table."""
 

@@ -75,7 +75,7 @@ class Phase(StrEnum):
     FAILED = "failed"  # a start or stop failed; not capacity, not startable until an operator clears it
 
 
-# Problem kinds, as INTERFACES.md names them.
+# Problem kinds, as docs/interfaces.md names them.
 PROBLEM_KINDS = ("unreachable", "http_error", "empty", "multiple_series", "not_a_number", "stale", "absent")
 _PROBLEM_REASON = {
     "unreachable": Reason.SIGNAL_UNAVAILABLE,
@@ -100,7 +100,7 @@ class GroupSignals:
     queued: float | None = None
     kv_usage: float | None = None  # KV-cache use, 0-1
     request_rate: float | None = None  # requests/s
-    ttft_p99_s: float | None = None  # TTFT at the policy's percentile (the key keeps INTERFACES.md's name)
+    ttft_p99_s: float | None = None  # TTFT at the policy's percentile (the key keeps docs/interfaces.md's name)
     queue_wait_p99_s: float | None = None  # queue wait at the same percentile, when exported
 
     def to_dict(self) -> dict[str, float | None]:

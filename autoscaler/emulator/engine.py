@@ -7,7 +7,7 @@ arrival order. A request's life, on the event loop's clock:
            -> first token (TTFT) -> remaining output tokens at decode speed -> done
 
 Prefill and decode speeds are per request, not shared between the running requests: the same
-fleet model the backtest uses (INTERFACES.md, "Fleet model"). So with 2,500 prefill tokens/s and
+fleet model the backtest uses (docs/interfaces.md, "Fleet model"). So with 2,500 prefill tokens/s and
 20 decode tokens/s, a 5,000-token prompt with no cache hit and 100 output tokens takes
 5000 / 2500 = 2 s to its first token and 2 + 99 / 20 = 6.95 s in all.
 

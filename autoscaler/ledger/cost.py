@@ -5,7 +5,7 @@ Definitions (docs/ledger.md explains them for finance):
 - **Node-hours by state** = the hours each node spends ``active`` / ``idle`` / ``off``, from the
   recorded intervals clipped to the period. ``node_hours`` (the headline) is the active ones:
   2 x the hours each group spends starting, ready, draining or stopping, plus the hours any node
-  of a failed group is up (INTERFACES.md, "Node-hours").
+  of a failed group is up (docs/interfaces.md, "Node-hours").
 - **Energy (kWh)** = sum over states of node-hours x that state's watts x PUE / 1000.
 - **Variable cost** = energy x price per kWh + active node-hours x node-hour fee. This is what
   turning nodes off saves.

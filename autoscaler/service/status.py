@@ -1,4 +1,4 @@
-"""The ``/status`` object (INTERFACES.md, "HTTP on --listen"), built from the database.
+"""The ``/status`` object (docs/interfaces.md, "HTTP on --listen"), built from the database.
 
     status = build_status(engine, time.time())                         # autoscaler status --db
     status = build_status(engine, now, instance=me, leader=lease.leading())   # the service's /status

@@ -1,5 +1,5 @@
 """The backtest: load and scale a trace, replay it under our core and the reference schedules,
-and summarise each run with the keys INTERFACES.md fixes."""
+and summarise each run with the keys docs/interfaces.md fixes."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ class HpaController:
 
 
 def oracle_schedule(trace: Trace, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
-    """Per-minute demand and groups needed, with unlimited slots (INTERFACES.md, "Oracle").
+    """Per-minute demand and groups needed, with unlimited slots (docs/interfaces.md, "Oracle").
 
     demand[m] = the most requests in service at once during minute m if every request started at
     arrival and held a slot for its service time (all input at the prefill speed + output at the
@@ -183,7 +183,7 @@ class OracleController:
                     e = m
                     while e < len(on) and on[e]:
                         e += 1
-                    # INTERFACES.md: kept on across gaps shorter than the start-up time. A gap of exactly
+                    # docs/interfaces.md: kept on across gaps shorter than the start-up time. A gap of exactly
                     # one start-up would drain the group and start it again at the same instant, which
                     # costs the same node-hours and only loses its cache: it is merged as well.
                     if stretches and (m - stretches[-1][1]) * 60.0 <= startup:

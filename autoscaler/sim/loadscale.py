@@ -1,4 +1,4 @@
-"""Load scale: fit a recorded trace to this fleet (INTERFACES.md, "The backtest's definitions").
+"""Load scale: fit a recorded trace to this fleet (docs/interfaces.md, "The backtest's definitions").
 
 The load scale is a multiplier on the arrival rate, chosen so that the busiest 5 minutes
 (sliding window) offer ``peak_utilization x capacity_slots`` concurrent requests, where

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 FORMATS = ("azure", "mooncake", "servegen", "csv")
 
-# Traces without absolute times start here unless start_at says otherwise (INTERFACES.md,
+# Traces without absolute times start here unless start_at says otherwise (docs/interfaces.md,
 # "Time in traces"): Monday 2026-01-05 00:00 UTC.
 DEFAULT_START = datetime(2026, 1, 5, tzinfo=timezone.utc)
 
@@ -223,7 +223,7 @@ def detect_format(path: str | Path) -> str:
 def _start_epoch(start_at: datetime | None) -> float:
     if start_at is None:
         return DEFAULT_START.timestamp()
-    if start_at.tzinfo is None:  # INTERFACES.md: times without a zone are UTC
+    if start_at.tzinfo is None:  # docs/interfaces.md: times without a zone are UTC
         start_at = start_at.replace(tzinfo=timezone.utc)
     return start_at.timestamp()
 
