@@ -122,3 +122,21 @@ def test_the_interfaces_document_is_in_the_project_and_every_reference_points_th
              and (REPO / f).exists() and "INTERFACES.md" in (REPO / f).read_text(errors="replace")
              and f != "tests/test_cli.py"]
     assert stale == []  # users have no ../shared: everything cites docs/interfaces.md
+
+
+def test_layering_sim_has_no_network_or_database_io_and_no_private_cli_imports():
+    import ast
+
+    io_modules = ("httpx", "aiohttp", "sqlalchemy", "autoscaler.ledger", "autoscaler.adapters",
+                  "prometheus_api_client", "urllib.request", "socket")
+    offenders = []
+    for path in sorted((REPO / "autoscaler" / "sim").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}: {n}" for n in names if n.startswith(io_modules)]
+    assert offenders == []
+    main_py = ast.parse((REPO / "autoscaler" / "emulator" / "__main__.py").read_text())
+    private = [a.name for node in ast.walk(main_py) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("autoscaler.cli") for a in node.names if a.name.startswith("_")]
+    assert private == []

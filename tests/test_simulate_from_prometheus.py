@@ -31,7 +31,7 @@ from autoscaler.core.types import parse_time
 from autoscaler.policy.loader import load_policy
 from autoscaler.sim.backtest import backtest, results_json
 from autoscaler.sim.loadscale import length_table
-from autoscaler.sim.prom_history import fleet_selector, history_queries, prepare_prometheus_trace
+from autoscaler.adapters.prom_history import fleet_selector, history_queries, prepare_prometheus_trace
 from tests.support.procs import REPO, free_port
 from tests.support.prometheus import Series, prepare, write_signal_policy
 
@@ -273,12 +273,12 @@ def test_gaps_are_counted_filled_inside_and_cut_at_the_edges(recorded, policies)
 
 def test_mostly_missing_data_is_warned_about(recorded, policies, caplog):
     policy = load_policy(policies["c"]).policy
-    with caplog.at_level(logging.WARNING, logger="autoscaler.sim.prom_history"):
+    with caplog.at_level(logging.WARNING, logger="autoscaler.adapters.prom_history"):
         _, _, info = prepare_prometheus_trace(recorded.url, END - 3600, END + 2 * 3600, policy)
     assert (info["steps"], info["gap_windows"], info["gaps_cut"]) == (180, 120, 120)
     assert "120 of 180 steps have no data" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="autoscaler.sim.prom_history"):
+    with caplog.at_level(logging.WARNING, logger="autoscaler.adapters.prom_history"):
         prepare_prometheus_trace(recorded.url, END - 3600, END + 600, policy)  # 10 of 70: no warning
     assert "have no data" not in caplog.text
 

@@ -11,7 +11,7 @@ from autoscaler.cli.common import check_db_output, check_output, check_seed, pri
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
 from autoscaler.sim.backtest import HPA_DEFAULT_TARGET, backtest, prepare_trace, results_json
-from autoscaler.sim.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepare_prometheus_trace
+from autoscaler.adapters.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepare_prometheus_trace
 from autoscaler.sim.timeline import check_plot_path, minute_rows, write_plot, write_timeline
 
 FORMATS = ("auto", "azure", "mooncake", "servegen", "csv")
@@ -142,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
             write_plot(args.plot, rows, title, policy.fleet.ceiling_groups * nodes,
                        policy.fleet.requests_per_group / nodes)
     if args.db:
-        from autoscaler.sim.ledger_export import export_backtest
+        from autoscaler.ledger.export import export_backtest
 
         out["ledger_run_id"] = export_backtest(args.db, loaded, trace, ours, label=label)
     if args.json:
