@@ -3,12 +3,12 @@
 # headless Chromium at 1280 px, which `apt-get install -y chromium` brings):
 #   docs/servegen-report.png  the HTML cost report of the 14-day backtest (README, docs/ledger.md)
 #   docs/servegen-plot.png    the backtest's --plot (docs/traces.md)
-# Uses out/backtest.db and out/servegen.html from scripts/main.sh, running it first when missing.
+# Uses out/backtest.db and out/servegen.html from scripts/backtest.sh, running it first when missing.
 # Exits 1 when a page overflows the window or a legend meets its plot (scripts/report_screenshot.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f out/backtest.db ] || [ ! -f out/servegen.html ]; then
-  scripts/main.sh >/dev/null
+  scripts/backtest.sh >/dev/null
 fi
 .venv/bin/autoscaler report --db sqlite:///out/backtest.db --source simulation \
   --from 2026-01-05 --to 2026-01-19 --by day --format html --output out/servegen-report.html

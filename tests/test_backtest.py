@@ -10,14 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from core_helpers import make_policy
 
 from autoscaler.policy import load_policy
 from autoscaler.sim.backtest import backtest, hpa_frontier_node_hours, prepare_trace, results_json
 from autoscaler.sim.controllers import HpaController, OracleController, StaticController, oracle_schedule
 from autoscaler.sim.engine import simulate
 from autoscaler.sim.traces import Trace
-
-from core_helpers import make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURE = ROOT / "examples/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"

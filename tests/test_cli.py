@@ -102,6 +102,7 @@ def test_a_new_ledger_is_info_not_a_warning(tmp_path, caplog):
 
 def test_a_worker_draining_at_exit_logs_at_info_not_warning(tmp_path):
     import signal
+
     from tests.support.procs import start_worker
 
     w = start_worker(tmp_path)

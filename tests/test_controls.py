@@ -29,8 +29,8 @@ from autoscaler.service.controls import (
 from autoscaler.service.leadership import PostgresLease, SqliteFlock
 from autoscaler.service.status import build_status
 from tests.core_helpers import T0, decide, fleet, fresh, make_policy, signals
-from tests.support.ledger_runs import H, record_live
 from tests.support.ledger_runs import T0 as STORY_T0
+from tests.support.ledger_runs import H, record_live
 from tests.support.postgres import db_url, pg_server, pg_url  # noqa: F401  (fixtures)
 
 M = 60.0

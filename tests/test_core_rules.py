@@ -9,13 +9,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from core_helpers import T0, decide, fleet, make_policy, signals
 
 from autoscaler.core import Action, Memory, Reason
 from autoscaler.core.decide import groups_needed
 from autoscaler.core.forecast import lead_time_s, p95, record_startup
 from autoscaler.core.types import Problem
-
-from core_helpers import T0, decide, fleet, make_policy, signals
 
 P = make_policy()
 SETTLED = Memory(surplus_since=T0 - 3600)  # surplus held for an hour: stabilisation is satisfied

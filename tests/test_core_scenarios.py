@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import pytest
+from core_helpers import NAMES, REASONS_SEEN, T0, decide, make_policy
+
 from autoscaler.core import Action, Memory, Reason, record_startup
 from autoscaler.core.types import FleetState, GroupSignals, GroupState, Phase, Problem, SignalSnapshot
-
-import pytest
-
-from core_helpers import NAMES, REASONS_SEEN, T0, decide, make_policy
 
 TICK = 15.0
 

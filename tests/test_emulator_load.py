@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support.procs import PYTHON, REPO, emulated_worker, gateway, start_worker, wait_until
 from autoscaler.emulator.engine import count_text_tokens
 from autoscaler.emulator.loadgen import build_prompts, plan_requests
+from tests.support.procs import PYTHON, REPO, emulated_worker, gateway, start_worker, wait_until
 
 MOONCAKE = REPO / "examples/traces/mooncake-fast25-conversation/conversation_trace.jsonl"
 SUMMARY_KEYS = {"sent", "ok", "failed", "ttft_p50_s", "ttft_p99_s", "failures"}

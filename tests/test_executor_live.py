@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy import text
 
 from autoscaler.actuators.local import port_open
-from autoscaler.adapters.gateway import GatewayClient, GatewayUnauthorized, GatewayUnreachable
+from autoscaler.adapters.gateway import GatewayClient, GatewayUnauthorized
 from autoscaler.core import decide
 from autoscaler.core.types import Action, GroupSignals, Memory, Phase, SignalSnapshot
 from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
-from autoscaler.service.executor import Executor, RecordsUnavailable
-from tests.support.live import LiveFleet, StreamingLoad, decision, kill_workers, write_policy
-from tests.support.procs import PYTHON, REPO, Proc, start_gateway, wait_until
+from autoscaler.service.executor import RecordsUnavailable
+from tests.support.live import LiveFleet, StreamingLoad, decision, write_policy
+from tests.support.procs import PYTHON, Proc, start_gateway, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +171,7 @@ def _closed_port() -> int:
 
 def test_a_restarted_gateway_gets_every_ready_group_back_within_one_tick(fleet, tmp_path):
     g = start_gateway(tmp_path / "gw2")
-    port, mport = g.port, g.metrics_port
+    _port, _mport = g.port, g.metrics_port
     f = fleet()
     f.executor.gateway = GatewayClient(g.url)
     try:

@@ -14,8 +14,8 @@ import pytest
 from autoscaler.cli import main
 from autoscaler.ledger.store import Ledger
 from tests.support.ledger_runs import (
-    H,
     T0,
+    H,
     clipped_node_hours,
     default_policy,
     policy_with_cost,

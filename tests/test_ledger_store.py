@@ -15,8 +15,8 @@ from sqlalchemy import text
 from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.store import Ledger
 from tests.support.ledger_runs import (
-    H,
     T0,
+    H,
     backtest_schedule,
     default_policy,
     make_decision,
@@ -178,7 +178,7 @@ def test_two_processes_writing_at_once_do_not_corrupt_sqlite(tmp_path):
                               stderr=subprocess.PIPE, text=True, cwd=REPO) for me in ("a", "b")]
     go.touch()
     results = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, results):
+    for p, (_out, err) in zip(procs, results):
         assert p.returncode == 0, err
     with Ledger(url) as ledger:
         counts = ledger.counts()

@@ -18,7 +18,7 @@ import pytest
 from autoscaler.cli import main
 from autoscaler.core.types import parse_time
 from autoscaler.ledger.store import Ledger, NodeInterval
-from tests.support.ledger_runs import NODES, H, T0, default_policy, make_decision, record_bulk, record_live
+from tests.support.ledger_runs import NODES, T0, H, default_policy, make_decision, record_bulk, record_live
 from tests.support.postgres import db_url, pg_server, pg_url  # noqa: F401  (fixtures)
 
 RANGE = ("--from", "2026-01-05", "--to", "2026-01-08")

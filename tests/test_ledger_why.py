@@ -8,7 +8,7 @@ import pytest
 
 from autoscaler.cli import main
 from autoscaler.ledger.store import Ledger
-from tests.support.ledger_runs import H, T0, record_bulk, record_live
+from tests.support.ledger_runs import T0, H, record_bulk, record_live
 from tests.support.postgres import db_url, pg_server, pg_url  # noqa: F401  (fixtures)
 
 

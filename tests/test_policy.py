@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from autoscaler.policy import PolicyInvalid, load_policy, parse_policy
 from autoscaler.settings import load_settings
@@ -132,7 +133,7 @@ def test_yaml_syntax_error_names_the_line():
 def test_validators_reject_and_never_rewrite():
     p = parse_policy(DEFAULT, "x.yaml")
     assert p.model_dump(mode="json")["fleet"]["groups"][0]["worker_url"] == "http://10.0.0.11:30000"
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         p.fleet.floor_groups = 2  # frozen
 
 

@@ -9,7 +9,6 @@ started it (``Proc`` kills its process group), also when the test fails.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
@@ -117,7 +116,7 @@ def test_sigterm_in_the_middle_of_a_tick_finishes_the_step_and_exits_0(tmp_path,
 def test_the_cores_memory_survives_a_restart(tmp_path, workers):
     policy = advisory_policy(tmp_path / "p.yaml", workers)
     db = f"sqlite:///{tmp_path}/l.db"
-    for i in range(3):
+    for _ in range(3):
         assert cli(["run", "--policy", str(policy), "--db", db, "--signals", "direct", "--once"]) == 0
         time.sleep(1.1)
     ledger = Ledger(db)

@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autoscaler.adapters.prom_history import fleet_selector, history_queries, prepare_prometheus_trace
 from autoscaler.adapters.prometheus import PrometheusError, query_range_split
 from autoscaler.core.types import parse_time
 from autoscaler.policy.loader import load_policy
 from autoscaler.sim.backtest import backtest, results_json
 from autoscaler.sim.loadscale import length_table
-from autoscaler.adapters.prom_history import fleet_selector, history_queries, prepare_prometheus_trace
 from tests.support.procs import REPO, free_port
 from tests.support.prometheus import Series, prepare, write_signal_policy
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, Sequence
+from typing import Protocol, cast
 
 from autoscaler.policy.model import Group
 
@@ -85,7 +87,8 @@ def run_bounded(argv: Sequence[str], *, timeout_s: float, output_limit_bytes: in
 
     def reader() -> None:
         assert proc.stdout is not None
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+        stream = cast(io.BufferedReader, proc.stdout)  # stdout=PIPE in binary mode
+        for chunk in iter(lambda: stream.read1(65536), b""):
             tail.append(chunk)
             size[0] += len(chunk)
             while size[0] - len(tail[0]) >= output_limit_bytes and len(tail) > 1:
@@ -105,6 +108,7 @@ def run_bounded(argv: Sequence[str], *, timeout_s: float, output_limit_bytes: in
     # A grandchild that escaped the group may keep the pipe open: never wait on it for long.
     thread.join(timeout=1.0)
     with contextlib.suppress(OSError):
-        proc.stdout.close()  # type: ignore[union-attr]
+        if proc.stdout is not None:
+            proc.stdout.close()
     data = b"".join(tail)[-output_limit_bytes:]
     return CommandOutcome(argv, exit_code, data.decode("utf-8", errors="replace"), time.monotonic() - t0, timed_out)

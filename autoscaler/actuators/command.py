@@ -18,8 +18,8 @@ Status: exit 0 = running, 3 = stopped (as ``systemctl is-active``), anything els
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
 from autoscaler.actuators.base import ActResult, CommandOutcome, GroupStatus, run_bounded
 from autoscaler.policy.model import Group, Node, Policy, PowerState

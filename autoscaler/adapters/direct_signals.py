@@ -16,9 +16,9 @@ from __future__ import annotations
 import collections
 import math
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable
 
 import httpx
 

@@ -18,6 +18,7 @@ key (``--control-plane-api-keys``) is sent as a bearer token; it is never logged
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,8 @@ class GatewayWorker:
     def from_json(cls, data: Any, where: str) -> GatewayWorker:
         if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not isinstance(data.get("url"), str):
             raise GatewayUnexpected(where, f"a worker entry without id and url: {str(data)[:200]}")
-        job = data.get("job_status") if isinstance(data.get("job_status"), dict) else {}
+        status = data.get("job_status")
+        job = status if isinstance(status, dict) else {}
         return cls(
             id=data["id"],
             url=normalise_url(data["url"]),
@@ -135,7 +137,7 @@ class GatewayClient:
             raise
         return True
 
-    def find(self, worker_url: str) -> list[GatewayWorker]:
+    def find(self, worker_url: str) -> builtins.list[GatewayWorker]:  # `list` here is the method above
         url = normalise_url(worker_url)
         return [w for w in self.list() if w.url == url]
 

@@ -33,16 +33,14 @@ Derived queries, per signal:
 
 from __future__ import annotations
 
-import ast
-import json
 import logging
 import math
 import re
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -255,7 +253,9 @@ class PrometheusClient:
             if future in done and future.exception() is None:
                 answers[key] = future.result()
             elif future in done:  # a bug in query(), not a Prometheus anomaly: let it surface
-                raise future.exception()  # type: ignore[misc]
+                error = future.exception()
+                assert error is not None
+                raise error
             else:
                 future.cancel()
                 answers[key] = _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s from {self.url}")
@@ -347,8 +347,8 @@ def _evaluate(
         return out
     newest: dict[str, float | None] = {}
     if fresh is not None:
-        for group, ss in _split_by_group(fresh.series or [], label, group_of).items():
-            newest[group] = max((v for v in map(_number, ss) if v is not None), default=None)
+        for group_name, ss in _split_by_group(fresh.series or [], label, group_of).items():
+            newest[group_name] = max((v for v in map(_number, ss) if v is not None), default=None)
     traffic = _traffic_by_group(answers.get((name, "traffic")), label, group_of)
 
     by_group = _split_by_group(main.series, label, group_of)
@@ -392,11 +392,11 @@ def _traffic_by_group(answer: _Answer | None, label: str, group_of: Mapping[str,
     return {g: (_number(ss[0]) if len(ss) == 1 else None) for g, ss in _split_by_group(answer.series, label, group_of).items()}
 
 
-def _is_idle(traffic: Mapping[str, float | None] | None, group: str | None) -> bool:
+def _is_idle(traffic: Mapping[Any, float | None] | None, group: str | None) -> bool:
     return traffic is not None and traffic.get(group) == 0.0
 
 
-def _nan_detail(name: str, raw: str, traffic: Mapping[str, float | None] | None, group: str | None) -> str:
+def _nan_detail(name: str, raw: str, traffic: Mapping[Any, float | None] | None, group: str | None) -> str:
     if name not in PERCENTILE_SIGNALS:
         return f"value {raw}"
     if traffic is None:
@@ -438,7 +438,7 @@ def _fleet_value(
     value = _number(answer.series[0])
     if value is None:
         traffic_answer = answers.get((name, "fleet_traffic"))
-        traffic = None
+        traffic: dict[str | None, float | None] | None = None
         if traffic_answer is not None and traffic_answer.series is not None:
             traffic = {None: _number(traffic_answer.series[0]) if len(traffic_answer.series) == 1 else None}
         if not _is_idle(traffic, None):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+from dataclasses import fields
 from typing import Any
 
 from autoscaler.core.types import (
@@ -40,7 +40,7 @@ from autoscaler.errors import BadInput
 from autoscaler.policy.loader import read_text_file
 from autoscaler.policy.model import Policy
 
-_SIGNAL_KEYS = set(GroupSignals.__slots__)  # type: ignore[attr-defined]
+_SIGNAL_KEYS = {f.name for f in fields(GroupSignals)}
 _TOP_KEYS = ("at", "signals", "fleet", "memory")
 _SIGNALS_KEYS = ("at", "groups", "fleet", "problems")  # `autoscaler signals --json` as it is
 _FLEET_KEYS = ("synced", "groups")
@@ -143,7 +143,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
             raise r.fail(f"fleet.groups.{name}", f"no such group in the policy ({', '.join(names)})")
         value = r.mapping(value, f"fleet.groups.{name}", _GROUP_KEYS)
         try:
-            phase = Phase(value.get("phase"))
+            phase = Phase(str(value.get("phase")))
         except ValueError:
             raise r.fail(f"fleet.groups.{name}.phase",
                          f"{value.get('phase')!r} is not one of {', '.join(p.value for p in Phase)}") from None

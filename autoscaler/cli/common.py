@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from autoscaler.core.types import parse_time
 from autoscaler.errors import BadInput
@@ -33,7 +33,7 @@ def one_line_usage_error(message: str) -> str:
 class Parser(argparse.ArgumentParser):
     """The parser of every command: a usage error is bad input (exit 2) in one line, no usage block."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(one_line_usage_error(message).replace("\n", " "), file=sys.stderr)
         sys.exit(2)
 

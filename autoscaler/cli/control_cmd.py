@@ -195,9 +195,9 @@ def _run_control(args: argparse.Namespace) -> int:
             notes.append("no operator pin was in force")
         if kind == "resume" and not before.paused:
             notes.append("the controller was not paused")
-        if kind == "pause" and before.paused:
-            notes.append(f"already paused by {before.pause.by} at {iso(before.pause.at)}")  # type: ignore[union-attr]
-        if kind == "cordon" and group in before.cordoned:
+        if kind == "pause" and before.paused and before.pause is not None:
+            notes.append(f"already paused by {before.pause.by} at {iso(before.pause.at)}")
+        if kind == "cordon" and group is not None and group in before.cordoned:
             notes.append(f"{group} was already cordoned by {before.cordoned[group].by}")
         if kind == "uncordon" and group not in before.cordoned:
             notes.append(f"{group} had no operator cordon (this also clears a cordon after failed starts)")

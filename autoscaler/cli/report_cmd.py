@@ -71,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
             end = (run.ended_at or now) if end is None else end
             if end <= start:
                 raise BadInput("--to must be after --from")
+        assert start is not None and end is not None  # given, or the run's span
         runs = ledger.runs(source=source if args.run is None else "all", start=start, end=end, run_id=args.run)
         others: dict[str, list[int]] = {}
         if not runs and args.run is None:  # say which other sources cover the range, and how to see them

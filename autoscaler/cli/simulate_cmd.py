@@ -7,11 +7,11 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from autoscaler.adapters.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepare_prometheus_trace
 from autoscaler.cli.common import check_db_output, check_output, check_seed, print_json, time_arg
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
 from autoscaler.sim.backtest import HPA_DEFAULT_TARGET, backtest, prepare_trace, results_json
-from autoscaler.adapters.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepare_prometheus_trace
 from autoscaler.sim.timeline import check_plot_path, minute_rows, write_plot, write_timeline
 
 FORMATS = ("auto", "azure", "mooncake", "servegen", "csv")

@@ -13,8 +13,8 @@ The forecast peak is the highest of the current demand, the trend and the season
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from autoscaler.core.types import Memory
 from autoscaler.policy.model import Policy

@@ -7,10 +7,11 @@ core never reads the clock, ``now`` is a parameter.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any, overload
 
 
 class Action(StrEnum):
@@ -221,6 +222,14 @@ class Decision:
             "detail": self.detail,
             "inputs": dict(self.inputs),
         }
+
+
+@overload
+def iso(t: float) -> str: ...
+@overload
+def iso(t: None) -> None: ...
+@overload
+def iso(t: float | None) -> str | None: ...
 
 
 def iso(t: float | None) -> str | None:

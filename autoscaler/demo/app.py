@@ -35,7 +35,7 @@ class View:
         from rich.console import Console
 
         self.console = Console(file=out, highlight=False)
-        self.live = None
+        self.live: Any = None  # rich.live.Live on a terminal
         self.lines: list[str] = []
         self.status: dict[str, Any] = {}
         self.load = ""

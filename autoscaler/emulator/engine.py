@@ -24,8 +24,8 @@ import hashlib
 import math
 import time
 from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import AsyncIterator
 
 from autoscaler.emulator.exposition import Registry
 
@@ -82,7 +82,7 @@ class Prompt:
     block_tokens: list[int]
 
     @classmethod
-    def from_text(cls, text: str) -> "Prompt":
+    def from_text(cls, text: str) -> Prompt:
         keys, sizes = [], []
         h = hashlib.blake2b(digest_size=16)
         # Only whole blocks are cached: a partial last block is always prefilled again.
@@ -93,7 +93,7 @@ class Prompt:
         return cls(count_text_tokens(text), keys, sizes)
 
     @classmethod
-    def from_ids(cls, ids: list[int]) -> "Prompt":
+    def from_ids(cls, ids: list[int]) -> Prompt:
         keys, sizes = [], []
         h = hashlib.blake2b(digest_size=16)
         h.update(b"ids:")
@@ -266,7 +266,7 @@ class Engine:
         self.slots_taken -= 1
 
     # ----- a request -----------------------------------------------------------------------
-    def admit(self, prompt: Prompt, output_tokens: int) -> "Admission":
+    def admit(self, prompt: Prompt, output_tokens: int) -> Admission:
         """Accept a request (raises Draining after SIGTERM). Iterate the result for its chunks."""
         if self.draining:
             raise Draining()
@@ -307,7 +307,7 @@ class Admission:
             try:
                 admitted = clock()
                 st.queue_s = admitted - arrived
-                eng.m_queue_time.histogram.observe(st.queue_s)
+                eng.m_queue_time.observe(st.queue_s)
                 st.cached_tokens = eng.cache.match(self.prompt)
                 st.held_tokens = st.prompt_tokens
                 uncached = st.prompt_tokens - st.cached_tokens
@@ -318,7 +318,7 @@ class Admission:
                 eng.m_cached.value += st.cached_tokens
                 first_at = clock()
                 st.ttft_s = first_at - arrived
-                eng.m_ttft.histogram.observe(st.ttft_s)
+                eng.m_ttft.observe(st.ttft_s)
                 # Decode: token i (i >= 1) is ready at first_at + i / decode speed. Chunks are at
                 # least min_chunk_interval_s apart, to keep the CPU low at test speeds
                 # (2,000 tokens/s would otherwise be 2,000 wake-ups a second per request).
@@ -331,7 +331,7 @@ class Admission:
                 while True:
                     if done == n:  # account for the request before its last chunk goes out
                         st.e2e_s = clock() - arrived
-                        eng.m_e2e.histogram.observe(st.e2e_s)
+                        eng.m_e2e.observe(st.e2e_s)
                         eng.m_requests.value += 1
                         completed = True
                     yield Chunk(start, done, first=start == 0, last=done == n)
@@ -343,7 +343,7 @@ class Admission:
                     if delay > 0:
                         await asyncio.sleep(delay)
                     now = clock()
-                    eng.m_itl.histogram.observe((now - last_at) / (stop - done), stop - done, now - last_at)
+                    eng.m_itl.observe((now - last_at) / (stop - done), stop - done, now - last_at)
                     last_at = now
                     st.held_tokens += stop - done
                     eng.m_generation.value += stop - done

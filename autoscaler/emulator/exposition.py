@@ -70,6 +70,11 @@ class Family:
     value: float = 0.0
     histogram: Histogram | None = None
 
+    def observe(self, value: float, times: int = 1, sum_value: float | None = None) -> None:
+        """Observe into this family's histogram (a family made by ``Registry.histogram``)."""
+        assert self.histogram is not None, f"{self.name} is a {self.kind}, not a histogram"
+        self.histogram.observe(value, times, sum_value)
+
 
 class Registry:
     """Metric families with one shared label set (one SGLang engine exports one series each)."""

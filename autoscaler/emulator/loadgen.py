@@ -28,8 +28,8 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
 
 import aiohttp
 import numpy as np
@@ -127,7 +127,8 @@ def build_prompts(input_tokens: Sequence[int], *, session: Sequence[int] | None 
     return prompts
 
 
-def plan_requests(t_s: Sequence[float], input_tokens: Sequence[int], output_tokens: Sequence[int], *,
+def plan_requests(t_s: Sequence[float] | np.ndarray, input_tokens: Sequence[int] | np.ndarray,
+                  output_tokens: Sequence[int] | np.ndarray, *,
                   session=None, prefix_blocks=None, speedup: float = 1.0, max_requests: int = 200,
                   max_seconds: float = 60.0, seed: int = 0) -> list[PlannedRequest]:
     """The requests to send: the trace's first ones that arrive within ``max_seconds`` of replay
@@ -136,7 +137,7 @@ def plan_requests(t_s: Sequence[float], input_tokens: Sequence[int], output_toke
     if t.size == 0:
         return []
     at = (t - t[0]) / speedup
-    n = int(min(max_requests, np.searchsorted(at, max_seconds, side="right")))
+    n = min(max_requests, int(np.searchsorted(at, max_seconds, side="right")))
     prompts = build_prompts(
         [int(x) for x in input_tokens[:n]],
         session=None if session is None else [int(x) for x in session[:n]],
@@ -153,8 +154,8 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, req: Planne
     """One request. ``left_s``: time left of the whole run; a request still open then is cut
     with reason ``deadline`` (``timeout`` when its own ``timeout_s`` comes first)."""
     cut_by_deadline = left_s is not None and left_s < timeout_s
-    if cut_by_deadline:
-        timeout_s = max(0.0, left_s)  # type: ignore[arg-type]
+    if left_s is not None and cut_by_deadline:
+        timeout_s = max(0.0, left_s)
     body = {"model": model, "messages": [{"role": "user", "content": req.prompt}],
             "max_tokens": req.output_tokens, "stream": True}
     t0 = time.monotonic()
@@ -238,7 +239,7 @@ async def replay(target: str, plan: Sequence[PlannedRequest], *, model: str = "M
         finally:
             limit.release()
 
-    async def report() -> None:
+    async def report(progress: Callable[[str], None]) -> None:
         while True:
             await asyncio.sleep(progress_every_s)
             ok = sum(o.ok for o in outcomes)
@@ -246,7 +247,7 @@ async def replay(target: str, plan: Sequence[PlannedRequest], *, model: str = "M
                      f"done {len(outcomes)} (ok {ok}, failed {len(outcomes) - ok})")
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        reporter = loop.create_task(report()) if progress else None
+        reporter = loop.create_task(report(progress)) if progress else None
         try:
             for req in plan:
                 if req.at_s > max_seconds:

@@ -27,10 +27,11 @@ or to now while it is still going); a period with no run costs nothing here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from decimal import ROUND_HALF_UP, Context, Decimal
 from fractions import Fraction
-from typing import Any, Iterable, Mapping
+from typing import Any, overload
 
 from autoscaler.ledger.models import NODE_STATES
 
@@ -233,6 +234,14 @@ def cost_of(usage: Usage, prices: Prices, fleet: FleetSize) -> Figures:
 # rounded parts, so every column adds up in a spreadsheet to the last digit shown.
 PLACES = {"hours": 4, "kwh": 3, "money": 2, "pct": 2, "pct_shown": 1, "per_token": 4, "tokens": 0}
 _CTX = Context(prec=60)
+
+
+@overload
+def rounded(x: Fraction | int, kind: str) -> Decimal: ...
+@overload
+def rounded(x: None, kind: str) -> None: ...
+@overload
+def rounded(x: Fraction | int | None, kind: str) -> Decimal | None: ...
 
 
 def rounded(x: Fraction | int | None, kind: str) -> Decimal | None:

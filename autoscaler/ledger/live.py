@@ -10,8 +10,9 @@ never leaves the record half way (either the transition happened or it did not).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from sqlalchemy import insert, select, update
 

@@ -27,11 +27,11 @@ from autoscaler.charts import nice_ticks, tick_label, time_ticks
 from autoscaler.core.types import parse_time
 from autoscaler.errors import BadInput
 from autoscaler.ledger.cost import (
+    PLACES,
     Figures,
     FleetSize,
     Prices,
     cost_of,
-    PLACES,
     moment,
     rounded,
     usage_between,
@@ -174,7 +174,7 @@ def overlapping_runs(runs: list[RunInfo], start: float, end: float, now: float) 
             spans.append((lo, hi, r))
     spans.sort(key=lambda s: (s[0], s[2].id))
     out = []
-    for i, (lo, hi, a) in enumerate(spans):
+    for i, (_lo, hi, a) in enumerate(spans):
         for lo2, hi2, b in spans[i + 1:]:
             if lo2 >= hi:
                 break
@@ -299,7 +299,7 @@ def allocate(values: list[Fraction], kind: str) -> list[Decimal]:
     0, 0, 0, which would lose the cent, nor a total of 0.00 that depends on the rows)."""
     scale = 10 ** PLACES[kind]
     total = rounded(sum(values, Fraction(0)), kind)
-    target = int(total.scaleb(PLACES[kind]))  # type: ignore[union-attr]
+    target = int(total.scaleb(PLACES[kind]))
     units = [math.floor(v * scale) for v in values]
     left = target - sum(units)
     # the rows whose rounding lost most get the units left over; ties go to the earlier row
@@ -367,7 +367,7 @@ def report_rows(report: Report) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         out["runs"] = sorted(row.runs)
         rows.append(out)
     asked = (min(report.end, report.now) - report.start) / 3600 if report.now > report.start else Fraction(0)
-    totals = _row_values(report.start, report.end, exact_total, report.tz, sums, asked)  # type: ignore[arg-type]
+    totals = _row_values(report.start, report.end, exact_total, report.tz, sums, asked)
     totals["open_intervals"] = report.open_intervals
     totals["runs"] = sorted({r for row in report.rows for r in row.runs})
     return rows, totals
@@ -377,7 +377,9 @@ def report_rows(report: Report) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def _num(value: Any) -> Any:
     """A Decimal as a JSON number with the digits it has (12.30 -> 12.3)."""
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else float(value)
+        exponent = value.as_tuple().exponent  # an int, or "n"/"N"/"F" for NaN and infinity
+        whole = isinstance(exponent, int) and exponent >= 0 and value == value.to_integral_value()
+        return int(value) if whole else float(value)
     if isinstance(value, dict):
         return {k: _num(v) for k, v in value.items()}
     return value

@@ -89,7 +89,7 @@ def make_engine(url: str, *, read_only: bool = False, flag: str = "--db") -> Eng
     if backend == "sqlite":
         _sqlite_setup(engine, read_only=read_only)
     elif read_only and backend == "postgresql":
-        engine = engine.execution_options(postgresql_readonly=True)  # type: ignore[assignment]
+        engine = engine.execution_options(postgresql_readonly=True)
     return engine
 
 

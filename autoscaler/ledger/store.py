@@ -48,24 +48,23 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import math
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-from sqlalchemy import JSON, Boolean, String, Text, delete, func, insert, or_, select, text, update
+from sqlalchemy import delete, func, insert, or_, select, text, update
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from autoscaler.core.types import Decision
 from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.models import (
-    EpochTime,
     GROUP_EVENTS,
     NODE_STATES,
     SOURCES,
@@ -303,7 +302,9 @@ def bulk_insert(conn: Connection, model: Any, rows: Sequence[Mapping[str, Any]])
                              converted)
         return
     buffer = io.StringIO("".join("\t".join(map(_copy_text, values)) + "\n" for values in converted))
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None  # a connection in use has its driver connection
+    cursor = dbapi.cursor()
     try:
         cursor.copy_expert(f"COPY {table.name} ({names}) FROM STDIN", buffer)
     finally:
@@ -815,7 +816,7 @@ class Ledger:
         if run_id is not None:
             q = q.where(DecisionSummary.run_id == run_id)
         with self._read() as conn:
-            return [SummaryInfo(r.run_id, r.hour_start, r.action, r.reason, r.count, r.first_at, r.last_at)
+            return [SummaryInfo(r.run_id, r.hour_start, r.action, r.reason, r._mapping["count"], r.first_at, r.last_at)
                     for r in conn.execute(q)]
 
     def events(self, run_id: int, *, start: float | None = None, end: float | None = None,

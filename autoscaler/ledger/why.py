@@ -128,6 +128,7 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
                   "since": iso(intervals[n].start) if n in intervals else None} for n in nodes]
     last = events[-1] if events else None
     cause_event = None
+    since: float | None
     if last is not None:
         phase, since = PHASE_AFTER[last.event], last.at
         # The decision behind the phase: a start for starting/ready, a drain for the rest.

@@ -101,7 +101,7 @@ class Fleet(StrictModel):
             raise FieldError(
                 "ceiling_groups", f"{self.ceiling_groups} is above the number of groups defined ({len(self.groups)})"
             )
-        seen: dict[str, str] = {}
+        seen: dict[tuple[str, str], str] = {}  # (what, its value) -> the group that has it
         for i, group in enumerate(self.groups):
             if len(group.nodes) != self.group_size_nodes:
                 raise FieldError(
@@ -111,7 +111,7 @@ class Fleet(StrictModel):
             for kind, key in (("group name", group.name), ("worker_url", group.worker_url)):
                 if (kind, key) in seen:
                     raise FieldError(f"groups[{i}]", f"{kind} {key!r} is also used by group {seen[(kind, key)]!r}")
-                seen[(kind, key)] = group.name  # type: ignore[index]
+                seen[(kind, key)] = group.name
             for j, node in enumerate(group.nodes):
                 for kind, key in (("node", node.name), ("node address", node.address)):
                     if (kind, key) in seen:
@@ -119,7 +119,7 @@ class Fleet(StrictModel):
                             f"groups[{i}].nodes[{j}]",
                             f"{kind} {key!r} is also in group {seen[(kind, key)]!r}; groups are fixed, disjoint node sets",
                         )
-                    seen[(kind, key)] = group.name  # type: ignore[index]
+                    seen[(kind, key)] = group.name
         return self
 
     def group_names(self) -> tuple[str, ...]:

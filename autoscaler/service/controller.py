@@ -13,13 +13,22 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from autoscaler.adapters.snapshot_file import snapshot_from_dict
 from autoscaler.core import decide
 from autoscaler.core.forecast import record_startup
-from autoscaler.core.types import Action, Decision, FleetState, GroupSignals, GroupState, Memory, Phase, SignalSnapshot, iso
+from autoscaler.core.types import (
+    Action,
+    Decision,
+    FleetState,
+    GroupSignals,
+    Memory,
+    Phase,
+    SignalSnapshot,
+    iso,
+)
 from autoscaler.errors import AutoscalerError, RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.ledger.store import Ledger
@@ -82,7 +91,7 @@ class Controller:
         instance: str = "local",
         controls: ControlsProvider | None = None,
         clock: Callable[[], float] = time.time,
-        on_decision: Callable[[Decision, TickReport, "Controller"], None] | None = None,
+        on_decision: Callable[[Decision, TickReport, Controller], None] | None = None,
     ) -> None:
         self.loaded = loaded
         self.policy = loaded.policy

@@ -19,9 +19,10 @@ Ties in time are broken by the row id (the later write wins).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import insert, inspect, select
 from sqlalchemy.engine import Connection, Engine
@@ -95,7 +96,7 @@ class Controls:
 
 
 def _iso_s(t: float) -> str:
-    return iso(float(int(t)))  # type: ignore[return-value]
+    return iso(float(int(t)))
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from autoscaler.actuators.base import ActResult, Actuator, GroupStatus
 from autoscaler.adapters.gateway import GatewayClient, GatewayError, GatewayWorker, normalise_url
@@ -522,7 +522,7 @@ class Executor:
         return f"{name}: starting"
 
     def _begin_drain(self, name: str, decision_id: int | None) -> str:
-        g, rec = self.group(name), self.records[name]
+        _g, rec = self.group(name), self.records[name]  # group() refuses an unknown name
         if rec.phase != "ready":
             return f"{name}: not drained: it is {rec.phase}"
         now = self.clock()

@@ -48,10 +48,10 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -497,7 +497,8 @@ class SqliteFlock:
         self.release()
 
 
-def leadership_for(url: str, instance: str | None = None, **timing: float) -> PostgresLease | SqliteFlock:
+def leadership_for(url: str, instance: str | None = None, *, lease_s: float = LEASE_S,
+                   renew_deadline_s: float = RENEW_DEADLINE_S, retry_s: float = RETRY_S) -> PostgresLease | SqliteFlock:
     """The single-actor mechanism for the ledger at ``url``: a lease on PostgreSQL (``timing``:
     lease_s, renew_deadline_s, retry_s), a flock on SQLite."""
     instance = instance or instance_id()
@@ -506,7 +507,7 @@ def leadership_for(url: str, instance: str | None = None, **timing: float) -> Po
     except Exception:  # noqa: BLE001 - any unparsable URL is bad input
         raise BadInput(f"--db: {redact_url(url)!r} is not a database URL (e.g. sqlite:///autoscaler.db)") from None
     if backend == "postgresql":
-        return PostgresLease(url, instance, **timing)
+        return PostgresLease(url, instance, lease_s=lease_s, renew_deadline_s=renew_deadline_s, retry_s=retry_s)
     if backend == "sqlite":
         return SqliteFlock(url, instance)
     raise BadInput(f"--db: {redact_url(url)}: only SQLite and PostgreSQL are supported for the live service")

@@ -59,7 +59,8 @@ class ServiceMetrics:
         self.paused = Gauge("autoscaler_paused", "1 while an operator pause is in force.", registry=r)
         self.info = Gauge("autoscaler_info", "Which instance this is.", ["instance", "version", "policy_sha256"],
                           registry=r)
-        self._instance, self._version, self._info_sha = instance, version, None
+        self._instance, self._version = instance, version
+        self._info_sha: str | None = None
         self.leader.set(0)
 
     def set_policy(self, sha: str, tick_interval_s: float, drain_timeout_s: float, ttft_target_s: float) -> None:

@@ -23,10 +23,11 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
@@ -122,7 +123,7 @@ class Service:
         from autoscaler.service import leadership
 
         self.leadership = leadership.leadership_for(settings.database_url, self.instance)
-        self.leader_state = None
+        self.leader_state: leadership.LeaderState | None = None
         self.controller: Controller | None = None
         self.last_tick_at: float | None = None
         self.started_at = clock()
@@ -131,7 +132,7 @@ class Service:
         self._scheduler: BackgroundScheduler | None = None
         self._http: ThreadingHTTPServer | None = None
         self._gateway: GatewayClient | None = None
-        self._signals = None
+        self._signals: Any = None  # a SignalSource once leading
         self._saving_at = 0.0
 
     # ------------------------------------------------------------------ wiring
@@ -172,6 +173,7 @@ class Service:
         if policy.actuator.kind is ActuatorKind.ADVISORY:
             return ShadowFleet(policy, live, run_id=run_id, epoch=epoch, clock=self.clock)
         actuator = actuator_for(policy)
+        assert actuator is not None  # None only for advisory, handled above
         if self._gateway is None:
             self._gateway = GatewayClient(self.settings.gateway_url, api_key=self.settings.gateway_api_key)
         return Executor(policy, live, self._gateway, actuator, WorkerProbe(metric_prefix=policy.signals.metric_prefix),
@@ -426,7 +428,9 @@ class Service:
         log.info("serving /healthz, /metrics and /status on http://%s:%s", host, self._http.server_address[1])
 
     def run(self, *, once: bool = False) -> int:
-        if getattr(self.leadership, "exclusive", False):
+        from autoscaler.service.leadership import SqliteFlock
+
+        if isinstance(self.leadership, SqliteFlock):  # exclusive: acquired once, up front
             self.leadership.acquire()  # SQLite: a second instance exits 1 naming the holder (LeaseHeld)
         self.renew()
         if once:

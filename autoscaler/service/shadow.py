@@ -12,7 +12,7 @@ The shadow's state is kept in ``controller_state`` (key ``shadow``), so a restar
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from autoscaler.core.types import Action, Decision, FleetState, GroupSignals, GroupState, Phase, SignalSnapshot
 from autoscaler.ledger.live import LiveLedger

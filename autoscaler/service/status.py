@@ -65,6 +65,7 @@ def _build(conn: Connection, now: float, instance: str | None, leader: bool | No
     value = policy_row.value if policy_row is not None and isinstance(policy_row.value, dict) else {}
     policy = {key: value.get(key) for key in _POLICY_KEYS}
 
+    pin: dict[str, Any] | None
     if controls.pin is not None:
         p = controls.pin
         pin = {"groups": p.groups, "until": iso(p.until), "by": p.by, "reason": p.reason}

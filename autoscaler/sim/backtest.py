@@ -8,9 +8,10 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -206,8 +207,8 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
             feed()
         runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions), factor, seed,
                                 prog("ours"))}
-        while (name := take()) is not None:
-            done[name] = here(name)
+        while (left := take()) is not None:
+            done[left] = here(left)
         for name, job in jobs.items():
             done[name] = job.result()
     for name in refs:

@@ -101,7 +101,8 @@ class HpaController:
         loads = [signals.groups.get(g.name) for g in ready]
         if not ready or any(s is None or s.running is None for s in loads):
             return [], []
-        metric = sum([s.running + s.queued for s in loads]) / len(ready)  # type: ignore[union-attr,operator]
+        # every load is known here (checked above; `or 0.0` only for the type checker: queued may be None)
+        metric = sum([(s.running or 0.0) + (s.queued or 0.0) for s in loads if s is not None]) / len(ready)
         ratio = metric / (self.target * fleet_p.requests_per_group)
         desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
         desired = min(max(desired, fleet_p.floor_groups), fleet_p.ceiling_groups)
@@ -203,7 +204,8 @@ class OracleController:
         self.next = 0
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        starts, drains = [], []
+        starts: list[str] = []
+        drains: list[str] = []
         while self.next < len(self.actions) and self.actions[self.next][0] <= now + 1e-6:
             _, what, name = self.actions[self.next]
             (starts if what == "start" else drains).append(name)

@@ -26,8 +26,9 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -288,9 +289,9 @@ def simulate(
             if st is None or st.phase is not g.phase or st.since != g.since:
                 g.state = GroupState(g.name, g.phase, g.since)
                 changed = True
-        if changed:
-            fleet_now = FleetState({g.name: g.state for g in groups})
-        return fleet_now  # type: ignore[return-value]
+        if changed or fleet_now is None:
+            fleet_now = FleetState({g.name: g.state for g in groups if g.state is not None})  # every one is set above
+        return fleet_now
 
     def do_tick(now: float) -> None:
         nonlocal scale_downs
@@ -363,7 +364,7 @@ def simulate(
             chosen = min(waiting, key=lambda g: g.ready_at) if waiting else groups[0]
         else:
             # Forget finished requests and take the least-loaded group (the first of equals, as min()).
-            least = None
+            least: _Group | None = None
             fewest = n + 1
             for g in serving:
                 inflight = g.inflight
@@ -371,6 +372,7 @@ def simulate(
                     g.ctx_tokens -= heappop(inflight)[1]
                 if len(inflight) < fewest:
                     least, fewest = g, len(inflight)
+            assert least is not None  # serving is not empty
             chosen = least
             if blocks is not None:
                 req_blocks = blocks[i]

@@ -23,10 +23,11 @@ import csv
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -264,7 +265,7 @@ def _nonneg_int(name: str, text: str) -> int:
         except ValueError:
             raise _RowError(f"{name}: {s!r} is not a number") from None
         if not math.isfinite(f) or f != math.floor(f):
-            raise _RowError(f"{name}: {s!r} is not a whole number")
+            raise _RowError(f"{name}: {s!r} is not a whole number") from None
         v = int(f)
     if v < 0:
         raise _RowError(f"{name}: {v} is negative")
@@ -572,8 +573,9 @@ _CHUNK_RE = re.compile(r"^chunk-(\d+)-trace\.csv$")
 
 
 def _servegen_files(d: Path) -> list[Path]:
-    files = [f for f in d.glob(SERVEGEN_FILE_GLOB) if f.is_file() and _CHUNK_RE.match(f.name)]
-    return sorted(files, key=lambda f: int(_CHUNK_RE.match(f.name).group(1)))  # type: ignore[union-attr]
+    numbered = [(int(m.group(1)), f) for f in d.glob(SERVEGEN_FILE_GLOB) if f.is_file()
+                and (m := _CHUNK_RE.match(f.name)) is not None]
+    return [f for _, f in sorted(numbered, key=lambda nf: nf[0])]
 
 
 def _load_servegen(d: Path, display: str, start_epoch: float, skip: bool) -> RateTrace:

@@ -17,12 +17,12 @@ import time
 from autoscaler.actuators.local import LocalActuator
 from autoscaler.adapters.gateway import GatewayClient
 from autoscaler.adapters.worker_probe import WorkerProbe
+from autoscaler.core.types import Action
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.ledger.store import Ledger
 from autoscaler.policy.loader import load_policy
 from autoscaler.service.executor import Executor
 from tests.support.live import decision
-from autoscaler.core.types import Action
 
 
 def main() -> int:

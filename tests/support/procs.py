@@ -21,9 +21,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import httpx
 
@@ -94,7 +94,7 @@ class Proc:
                 os.killpg(self.pid, signal.SIGKILL)
         self._log.close()
 
-    def __enter__(self) -> "Proc":
+    def __enter__(self) -> Proc:
         return self
 
     def __exit__(self, *exc) -> None:
