@@ -81,7 +81,7 @@ def format_validation_errors(source: str, exc: ValidationError) -> list[str]:
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML loader that rejects a key given twice in one mapping (the last would win silently)."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
