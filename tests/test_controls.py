@@ -291,7 +291,8 @@ def test_a_database_that_is_not_a_ledger_is_never_written_or_created(tmp_path, c
     code, _, err = _cli(capsys, "pause", "--db", f"sqlite:///{other}", "--reason", "r")
     assert code == 2 and "is not an autoscaler ledger (it has other tables: invoices)" in err
     code, _, err = _cli(capsys, "status", "--db", f"sqlite:///{other}")
-    assert code == 1 and "is not an autoscaler ledger" in err and err.count("\n") == 1
+    # a read names what the file is, as report and why do (bad input: exit 2), and leaves it alone
+    assert code == 2 and "no ledger tables: not a ledger; it was left untouched" in err and err.count("\n") == 1
     engine = make_engine(f"sqlite:///{other}")
     with engine.connect() as conn:
         tables = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")}

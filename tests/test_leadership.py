@@ -528,7 +528,9 @@ def test_the_database_refuses_stale_expired_and_leaderless_epochs(pg_url):
 
 
 def test_two_processes_migrating_an_empty_postgresql_at_once_both_succeed(pg_url, tmp_path):
-    code = "import sys; from autoscaler.ledger.store import Ledger; Ledger(sys.argv[1]).close(); print('ok')"
+    # creating a ledger is logged at INFO (a normal event): shown here to count who created it
+    code = ("import logging, sys; logging.basicConfig(level=logging.INFO); "
+            "from autoscaler.ledger.store import Ledger; Ledger(sys.argv[1]).close(); print('ok')")
     procs = [subprocess.Popen([PYTHON, "-c", code, pg_url], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
     results = [p.communicate(timeout=60) for p in procs]

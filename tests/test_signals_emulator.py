@@ -82,7 +82,7 @@ def test_snapshot_matches_the_workers_own_metrics_under_load(tmp_path):
                     # ``autoscaler emulate load`` without importing every other subcommand.
                     [PYTHON, "-m", "autoscaler.emulator", "load", "--target", w.url,
                      "--trace", str(write_trace(tmp_path / f"{w.port}.csv", n)), "--max-requests", str(n),
-                     "--max-seconds", "10", "--request-timeout-s", "30", "--json"],
+                     "--max-seconds", "30", "--request-timeout-s", "30", "--json"],  # a bound on the whole run
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                 ))  # fmt: skip
             # Steady: every request admitted (6 + 2 queued on w1, 4 on w2); none done for ~5 s.
