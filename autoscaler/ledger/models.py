@@ -70,10 +70,9 @@ class EpochTime(TypeDecorator):
         if value is None:
             return None
         if isinstance(value, datetime):
-            moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        else:
+            moment = (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        else:  # epoch seconds: already UTC (the common case: 80,000 times for a backtest)
             moment = datetime.fromtimestamp(float(value), tz=timezone.utc)
-        moment = moment.astimezone(timezone.utc)
         # SQLite keeps the digits only: store UTC digits, read them back as UTC.
         return moment.replace(tzinfo=None) if dialect.name == "sqlite" else moment
 
