@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 
-
 def _processes_mentioning(text: str) -> list[str]:
     found = []
     for pid in os.listdir("/proc"):

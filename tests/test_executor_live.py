@@ -21,7 +21,7 @@ from autoscaler.core import decide
 from autoscaler.core.types import Action, GroupSignals, Memory, Phase, SignalSnapshot
 from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
-from autoscaler.service.executor import RecordsUnavailable
+from autoscaler.service.executor import Executor, RecordsUnavailable
 from tests.support.live import LiveFleet, StreamingLoad, decision, write_policy
 from tests.support.procs import PYTHON, Proc, start_gateway, wait_until
 
