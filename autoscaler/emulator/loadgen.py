@@ -220,8 +220,13 @@ def _has_content(event) -> bool:
 
 async def replay(target: str, plan: Sequence[PlannedRequest], *, model: str = "MiniMaxAI/MiniMax-M2.5",
                  max_seconds: float = 60.0, request_timeout_s: float = 120.0, concurrency_limit: int = 512,
-                 progress: Callable[[str], None] | None = None, progress_every_s: float = 5.0) -> list[Outcome]:
-    """Send ``plan`` on its schedule; returns one Outcome per request sent, in plan order."""
+                 progress: Callable[[str], None] | None = None, progress_every_s: float = 5.0,
+                 bound_whole_run: bool = False) -> list[Outcome]:
+    """Send ``plan`` on its schedule; returns one Outcome per request sent, in plan order.
+
+    Nothing is sent after ``max_seconds``. With ``bound_whole_run`` (``autoscaler emulate load``)
+    ``max_seconds`` also bounds the whole replay: a request still open then is cut (``deadline``);
+    without it (the demo) the requests sent finish or time out by themselves."""
     url = target.rstrip("/") + "/v1/chat/completions"
     limit = asyncio.Semaphore(concurrency_limit)
     outcomes: list[Outcome] = []
@@ -234,7 +239,7 @@ async def replay(target: str, plan: Sequence[PlannedRequest], *, model: str = "M
 
     async def run(req: PlannedRequest) -> None:
         try:
-            left = max_seconds - (loop.time() - t0)  # of the whole run
+            left = max_seconds - (loop.time() - t0) if bound_whole_run else None  # of the whole run
             outcomes.append(await _one(session, url, model, req, request_timeout_s, started, left))
         finally:
             limit.release()
@@ -361,7 +366,7 @@ def run_load_command(args) -> dict:
     _check_reachable(args.target)
     outcomes = asyncio.run(replay(args.target, plan, model=args.model, max_seconds=args.max_seconds,
                                   request_timeout_s=request_timeout, concurrency_limit=args.concurrency_limit,
-                                  progress=say))
+                                  progress=say, bound_whole_run=True))
     if args.outcomes:
         try:
             with open(args.outcomes, "w", encoding="utf-8") as f:
