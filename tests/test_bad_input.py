@@ -221,3 +221,28 @@ def test_emulate_load_max_seconds_bounds_the_whole_run(tmp_path):
     assert summary["sent"] == 20 and summary["failures"] == {"deadline": 20}
     assert wall < 4 + 6  # the bound plus start-up and the reachability check, not 120 s of timeouts
     assert all(json.loads(x)["reason"] == "deadline" for x in outcomes.read_text().splitlines())
+
+
+def test_servegen_rows_follow_one_set_of_rules(tmp_path):
+    """ServeGen is parsed by one row reader (no vectorised copy of the rules): a rate no client has
+    is the bad row, named with its file and line, and --skip-bad-rows skips just that window."""
+    import shutil
+
+    src = REPO / "tests/data/traces/servegen_small"
+    trace = tmp_path / "sg"
+    shutil.copytree(src, trace)
+    chunk = trace / "chunk-0-trace.csv"
+    lines = chunk.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[1] = "1e9"  # requests per second from one client
+    lines[1] = ",".join(cells)
+    chunk.write_text("\n".join(lines) + "\n")
+    from autoscaler.errors import BadInput
+    from autoscaler.sim.traces import _servegen_rows, load_trace
+
+    with pytest.raises(BadInput, match=r"chunk-0-trace.csv:2: rate: 1e9 requests/s is not plausible"):
+        load_trace(trace)
+    assert load_trace(trace, skip_bad_rows=True).bad_rows == 1
+    import autoscaler.sim.traces as traces
+
+    assert not hasattr(traces, "_servegen_fast") and callable(_servegen_rows)
