@@ -78,10 +78,8 @@ class _Tick:
     def __init__(self, signals: SignalSnapshot, fleet: FleetState, policy: Policy, memory: Memory, now: float):
         self.signals, self.fleet, self.policy, self.now = signals, fleet, policy, now
         self.order = {name: i for i, name in enumerate(fleet.groups)}
-        # fleet.in_phase() for each of the four phases, in one pass (policy order kept).
-        by_phase: dict[Phase, list[GroupState]] = {
-            Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: [], Phase.STOPPING: []
-        }
+        # The groups of each phase the rules read, in one pass (policy order kept).
+        by_phase: dict[Phase, list[GroupState]] = {Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: []}
         for g in fleet.groups.values():
             bucket = by_phase.get(g.phase)
             if bucket is not None:
@@ -89,7 +87,6 @@ class _Tick:
         self.ready = by_phase[Phase.READY]
         self.starting = by_phase[Phase.STARTING]
         self.draining = by_phase[Phase.DRAINING]
-        self.stopping = by_phase[Phase.STOPPING]
         self.active = len(self.ready) + len(self.starting)
         self.bounds: Bounds = effective_bounds(policy, now)
         scaling = policy.scaling
@@ -126,7 +123,7 @@ class _Tick:
             memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
         # The start-up samples only change outside decide (record_startup): one lead time per tick.
         self.lead = lead_time_s(policy, memory)
-        self.horizon = policy.forecast.horizon_s or self.lead[0]  # = horizon_s(policy, memory)
+        self.horizon = policy.forecast.horizon_s or self.lead[0]
         self.fc: ForecastResult | None = None
         if self.demand is not None:
             memory = record_demand(memory, policy, now, self.demand)

@@ -30,25 +30,15 @@ def p95(values: tuple[float, ...]) -> float:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-# The last (start-up samples, their p95): the samples change only when a group becomes ready, and
-# the lead time is read at every tick. Keyed by identity; holding the tuple keeps its id unique.
-_p95_memo: tuple[tuple[float, ...] | None, float] = (None, 0.0)
-
-
 def lead_time_s(policy: Policy, memory: Memory) -> tuple[float, str]:
-    """The measured p95 group start-up once there are enough samples, else the policy's expectation."""
-    global _p95_memo
+    """The measured p95 group start-up once there are enough samples, else the policy's expectation.
+
+    At most 20 samples: sorting them at every tick costs about a microsecond, so nothing is memoised.
+    """
     samples = memory.startup_durations_s
     if len(samples) >= policy.forecast.min_startup_samples:
-        memo = _p95_memo  # one read: another thread may replace it, never half of it
-        if memo[0] is not samples:
-            memo = _p95_memo = (samples, p95(samples))
-        return memo[1], f"p95 of {len(samples)} measured start-ups"
+        return p95(samples), f"p95 of {len(samples)} measured start-ups"
     return policy.fleet.startup_expected_s, "fleet.startup_expected_s"
-
-
-def horizon_s(policy: Policy, memory: Memory) -> float:
-    return policy.forecast.horizon_s or lead_time_s(policy, memory)[0]
 
 
 def record_startup(memory: Memory, seconds: float) -> Memory:

@@ -54,16 +54,6 @@ class Reason(StrEnum):
     SURPLUS = "surplus"  # the remaining groups carry demand and forecast under the threshold
 
 
-HOLD_REASONS = frozenset(
-    {
-        Reason.STEADY, Reason.AT_FLOOR, Reason.AT_CEILING, Reason.FLOOR_OVER_CAP, Reason.PINNED,
-        Reason.FLEET_UNSYNCED, Reason.SIGNAL_UNAVAILABLE, Reason.SIGNAL_STALE, Reason.SIGNAL_INVALID,
-        Reason.ACTION_IN_FLIGHT, Reason.STABILIZING, Reason.COOLDOWN, Reason.FREEZE_WINDOW,
-        Reason.DISRUPTION_BUDGET, Reason.MIN_UPTIME, Reason.NO_GROUP_AVAILABLE,
-    }
-)  # fmt: skip
-
-
 class Phase(StrEnum):
     """A group's life: off -> starting -> ready -> draining -> stopping -> off (failed: gave up)."""
 
@@ -146,9 +136,6 @@ class GroupState:
 class FleetState:
     groups: Mapping[str, GroupState]  # every group of the policy, in policy order
     synced: bool = True  # False while the runner does not know the true state (e.g. after a crash)
-
-    def in_phase(self, *phases: Phase) -> list[GroupState]:
-        return [g for g in self.groups.values() if g.phase in phases]
 
 
 @dataclass(frozen=True, slots=True)
