@@ -113,12 +113,19 @@ def test_ramp_up_plateau_ramp_down():
     t = f.run(t, 1800, lambda t: 12.0)
     assert f.actions(plateau) == []
     assert f.ready_count() == 3
-    # Ramp down to 1 and stay: back to the floor, one group at a time, not before the cooldown
-    # after the last scale-up (600 s) and the minimum uptime (900 s) have passed.
+    # Ramp down to 1 and stay. The ramp just seen (a rise of 10 within 10 minutes) is in the recent
+    # history the scale-down risk is measured on: while P(demand > what the remaining groups carry
+    # within the lead time) is above the budget (1%, unmeasured burn here: no request rate), the
+    # groups stay. They go one at a time as the ramp's minutes age out of the six-hour window.
     down = t
-    t = f.run(t, 3600, lambda t: max(1.0, 12.0 - 11.0 * (t - down) / 600))
-    downs = [a for a in f.actions(down) if a[1] is Action.SCALE_DOWN]
+    t = f.run(t, 8 * 3600, lambda t: max(1.0, 12.0 - 11.0 * (t - down) / 600))
+    downs = [(at, d) for at, d in f.log if at >= down and d.action is Action.SCALE_DOWN]
     assert len(downs) == 2 and f.active_count() == 1
+    assert downs[0][0] - down > 3600  # not within the first hour after such a ramp
+    for _, d in downs:
+        assert d.detail.startswith("P(demand > ") and d.inputs["risk"]["probability"] <= 0.01
+    held = [d for at, d in f.log if down + 1200 < at < downs[0][0]]
+    assert held and all(d.inputs["risk"]["probability"] > 0.01 for d in held if d.reason is Reason.STEADY)
     assert downs[1][0] - downs[0][0] >= 300 + f.drain_s  # one at a time, each after its own window
 
 
@@ -132,9 +139,11 @@ def test_oscillation_around_a_threshold_does_not_flap():
     f.run(T0, 7200, lambda t: 2.0 if int((t - T0) / TICK) % 2 else 4.0)
     assert f.actions() == []
     assert f.active_count() == 2
-    # Without the stabilisation window the same load drains on the first low tick.
+    # Without the stabilisation window (and with a budget that takes any risk, so that only the
+    # window and the threshold decide) the same load drains on the first low tick.
     twitchy = make_policy(scaling={"scale_down": {"stabilization_s": 0, "min_group_uptime_s": 0,
-                                                   "cooldown_after_scale_up_s": 0}})
+                                                   "cooldown_after_scale_up_s": 0}},
+                          slo={"capacity_miss_budget_pct": 100})
     g = FakeFleet(twitchy)
     g.phases["g3"], g.since["g3"] = Phase.OFF, T0 - 86400
     g.run(T0, 600, lambda t: 2.0 if int((t - T0) / TICK) % 2 else 4.0)

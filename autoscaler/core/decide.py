@@ -28,6 +28,7 @@ from typing import Any
 
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
 from autoscaler.core.forecast import ForecastResult, forecast, lead_time_s, record_demand, seasonal_memo
+from autoscaler.core.risk import Risk, allowed_risk, exceed_probability, record_burn, record_minute
 from autoscaler.core.types import (
     Action,
     Decision,
@@ -125,8 +126,14 @@ class _Tick:
         self.lead = lead_time_s(policy, memory)
         self.horizon = policy.forecast.horizon_s or self.lead[0]
         self.fc: ForecastResult | None = None
+        # How long a drained group takes to come back: its start-up and the tick that notices.
+        self.risk_horizon = self.lead[0] + scaling.tick_interval_s
         if self.demand is not None:
             memory = record_demand(memory, policy, now, self.demand)
+            memory = record_minute(memory, now, self.demand, self.risk_horizon)
+            fl = signals.fleet
+            memory = record_burn(memory, policy, now, fl.request_rate, self.running, self.queued,  # type: ignore[arg-type]
+                                 fl.queue_wait_p99_s)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
             self.fc = forecast(memory, policy, now, self.demand, self.horizon)
@@ -384,20 +391,52 @@ def _cordoned(t: _Tick):
                   f"floor {floor}, so a replacement starts first")
 
 
-def _scale_down(t: _Tick):
+def _fmt_pct(p: float) -> str:
+    return f"{100 * p:.2g}%" if p < 0.1 else f"{100 * p:.0f}%"
+
+
+def _surplus(t: _Tick, remaining: int) -> tuple[bool, str, dict[str, Any]]:
+    """Would ``remaining`` groups (less spares) carry what comes within one lead time?
+
+    Yes when current demand and the forecast fit them under ``scale_down.utilization_below`` (a cap:
+    below the scale-up point, so that the drain is not undone at once), and the measured chance that
+    demand exceeds their capacity within the lead time (core/risk.py) is at most what the SLO error
+    budget allows.
+    """
     policy, down = t.policy, t.policy.scaling.scale_down
     assert t.demand is not None and t.fc is not None  # _signal_problem held otherwise
-    remaining = t.active - 1 - t.spare
-    worst = max(t.demand, t.fc.peak)
+    # The trend is a point forecast for scale-ups (ramps); whether demand may rise within the lead
+    # time is the risk's question. A trusted seasonal forecast counts as well.
+    worst = max(t.demand, t.fc.peak) if t.fc.basis == "seasonal" else t.demand
     util_after = worst / (remaining * policy.fleet.requests_per_group) if remaining > 0 else math.inf
-    # e.g. demand 3, forecast 3.5, 3 -> 2 groups: 3.5 / (2 x 6) = 0.29 < 0.55 -> surplus
-    surplus = util_after < down.utilization_below
-    numbers = (
-        f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; "
-        f"on {max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
-        f"vs scale-down threshold {_fmt(down.utilization_below)}"
-    )
-    extra = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4)}
+    capacity = remaining * t.per_group
+    risk: Risk | None = None
+    if remaining > 0:
+        risk = exceed_probability(t.memory, policy, t.now, capacity, t.risk_horizon)
+    allowed, burn = allowed_risk(t.memory, policy)
+    extra: dict[str, Any] = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4),
+                             "risk": None if risk is None else risk.to_dict(), "risk_allowed": round(allowed, 5),
+                             "budget_burn": None if burn is None else round(burn, 4)}
+    # e.g. demand 3, forecast 3.5, 3 -> 2 groups: 3.5 / (2 x 6) = 0.29 < 0.9
+    fits = util_after < down.utilization_below
+    numbers = (f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; on "
+               f"{max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
+               f"(cap {_fmt(down.utilization_below)})")
+    if risk is None:
+        return False, numbers, extra
+    seasonal = ("" if risk.p_seasonal is None else
+                f"; seasonal {_fmt_pct(risk.p_seasonal)} over {risk.seasonal_days} days x weight {risk.seasonal_weight:.2f}")
+    spend = "unmeasured" if burn is None else f"burning {burn:.2f}x"
+    numbers = (f"P(demand > {_fmt(capacity)} within {_fmt(t.risk_horizon)} s) = {_fmt_pct(risk.probability)} "
+               f"(recent {_fmt_pct(risk.p_recent)} over {risk.samples} minutes{seasonal}), "
+               f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed)}; {numbers}")
+    return fits and risk.probability <= allowed, numbers, extra
+
+
+def _scale_down(t: _Tick):
+    policy, down = t.policy, t.policy.scaling.scale_down
+    remaining = t.active - 1 - t.spare
+    surplus, numbers, extra = _surplus(t, remaining)
     if t.active <= t.bounds.floor:
         memory = _no_surplus(t.memory)
         if t.bounds.pinned:

@@ -7,7 +7,8 @@ Two sources, both pure functions of the memory:
   peak`` (the default) the ``seasonal_quantile`` across those days of their busiest 5-minute slot
   within the horizon; with ``rise``, today's level plus that quantile of how much demand rose from
   this slot to the busiest one within the horizon.
-The forecast peak is the highest of the current demand, the trend and the seasonal rise.
+The forecast peak is the highest of the current demand, the trend and the seasonal rise; the
+seasonal part only once it has predicted better than persistence lately (core/risk.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
+from autoscaler.core.risk import seasonal_weight, update_skill
 from autoscaler.core.types import Memory
 from autoscaler.policy.model import Policy
 
@@ -59,7 +61,9 @@ def record_demand(memory: Memory, policy: Policy, now: float, demand: float) -> 
     by_slot = memory.demand_by_slot
     if current is None or current[0] == slot:
         slot_now = (slot, demand if current is None else max(current[1], demand))
-    else:  # a new slot: fold the finished one into the history and forget days past the horizon
+    else:  # a new slot: score the seasonal forecast on the finished one, fold it into the history
+        # and forget days past the horizon
+        memory = update_skill(memory, policy, current[0], current[1])
         keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
         by_slot = _slots_from(by_slot, keep_from)
         by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])
@@ -169,7 +173,9 @@ def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon
         stat = memo[2]
     else:
         stat = seasonal_statistic(memory, policy, now, horizon)
-    if stat is None:
+    if stat is None or seasonal_weight(memory) < 0.5:
+        # No history, or the seasonal forecast has not predicted better than persistence lately:
+        # it is not trusted (core/risk.py, "earns its weight").
         seasonal = None
     else:
         seasonal = max(0.0, stat if policy.forecast.seasonal_statistic == "peak" else current + stat)

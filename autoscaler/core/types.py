@@ -156,6 +156,18 @@ class Memory:
     # The seasonal statistic for (slot, slots ahead): the history only changes when a slot ends,
     # so it is computed once per slot, not at every tick.
     seasonal_memo: tuple[int, int, float | None] | None = None
+    # Recent rises (core/risk.py): the minute in progress (index, sum of demand samples, count), the
+    # closed minutes' mean demand one lead time back, and the normalised rise measured from each closed minute of the last six
+    # hours (time order, and the same values sorted for the probability: derived, not serialised).
+    minute_now: tuple[int, float, int] | None = None
+    minute_max: tuple[tuple[int, float], ...] = ()
+    rise_log: tuple[tuple[int, float], ...] = ()
+    rises_sorted: tuple[float, ...] = ()
+    # How well the seasonal forecast predicted recently: (mean abs error of the seasonal prediction,
+    # of persistence), exponentially weighted; None until measured (the seasonal part is then unused).
+    seasonal_skill: tuple[float, float] | None = None
+    # The error budget's burn: (estimated capacity misses, arrivals, at), exponentially weighted.
+    budget_burn: tuple[float, float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -166,6 +178,12 @@ class Memory:
             "startup_durations_s": list(self.startup_durations_s),
             "demand_samples": [[iso(t), d] for t, d in self.demand_samples],
             "demand_by_slot": {str(k): v for k, v in self.history_by_slot().items()},
+            "minute_now": None if self.minute_now is None else list(self.minute_now),
+            "minute_max": [list(m) for m in self.minute_max],
+            "rise_log": [list(r) for r in self.rise_log],
+            "seasonal_skill": None if self.seasonal_skill is None else list(self.seasonal_skill),
+            "budget_burn": None if self.budget_burn is None else [self.budget_burn[0], self.budget_burn[1],
+                                                                  iso(self.budget_burn[2])],
         }
 
     def history_by_slot(self) -> dict[int, float]:
