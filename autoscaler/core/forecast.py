@@ -48,7 +48,7 @@ def record_startup(memory: Memory, seconds: float) -> Memory:
     return memory.with_(startup_durations_s=(memory.startup_durations_s + (float(seconds),))[-MAX_STARTUP_SAMPLES:])
 
 
-def record_demand(memory: Memory, policy: Policy, now: float, demand: float) -> Memory:
+def record_demand(memory: Memory, policy: Policy, now: float, demand: float, lead_s: float = SLOT_S) -> Memory:
     """Add one demand sample to the trend window and to the seasonal slot history."""
     cutoff = now - policy.forecast.trend_window_s
     samples = memory.demand_samples
@@ -63,7 +63,7 @@ def record_demand(memory: Memory, policy: Policy, now: float, demand: float) -> 
         slot_now = (slot, demand if current is None else max(current[1], demand))
     else:  # a new slot: score the seasonal forecast on the finished one, fold it into the history
         # and forget days past the horizon
-        memory = update_skill(memory, policy, current[0], current[1])
+        memory = update_skill(memory, policy, current[0], current[1], lead_s)
         keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
         by_slot = _slots_from(by_slot, keep_from)
         by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])

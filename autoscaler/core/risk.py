@@ -16,8 +16,8 @@ carry? It is estimated from the fleet's own history, with two sources:
   pseudo-day at P_recent).
 
 The seasonal share earns its weight by how well it predicted recently: at every slot that closes,
-the seasonal prediction for it and the persistence prediction (the slot before it) are compared to
-what came; their mean absolute errors (exponentially weighted, ``SKILL_HALF_LIFE_SLOTS``) give
+the seasonal prediction for it and the persistence prediction made one lead time before it are
+compared to what came; their mean absolute errors (exponentially weighted, ``SKILL_HALF_LIFE_SLOTS``) give
 weight = e_persistence / (e_persistence + e_seasonal). No measured skill means weight 0: the
 seasonal forecast is not trusted by default.
 
@@ -26,7 +26,8 @@ P = (1 - weight) x P_recent + weight x P_seasonal.
 **The error budget** (``slo.capacity_miss_budget_pct``). Each tick the core estimates the requests
 that missed because of capacity from its signals: the arrivals over the tick (request rate x tick),
 times the share of requests in the system that were queued (queued / (running + queued)), when the
-queue wait at the SLO percentile was above ``scale_up.slo_burn_min_queue_wait_s``. Burn = that
+queue wait at the SLO percentile was above ``scale_up.slo_burn_min_queue_wait_s`` and fewer groups
+than the ceiling were active (at the ceiling, misses are not the scaling's doing). Burn = that
 share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget. A scale-down
 may take risk up to budget x min(4, max(1/4, 1 / burn)): a budget burning twice as fast as allowed
 halves the risk it may take; an unspent one allows 4 times the budget.
@@ -168,18 +169,23 @@ def seasonal_weight(memory: Memory) -> float:
     return err_persist / (err_seasonal + err_persist)
 
 
-def update_skill(memory: Memory, policy: Policy, finished_slot: int, value: float) -> Memory:
-    """At a slot's end: how far the seasonal prediction (median over earlier days of that slot,
-    scaled by the level before it) and persistence (the slot before) were from what came."""
+def update_skill(memory: Memory, policy: Policy, finished_slot: int, value: float, lead_s: float = SLOT_S) -> Memory:
+    """At a slot's end, score the two predictions one lead time before it (the horizon decisions
+    use): persistence (the slot then) and the seasonal one (the median over earlier days of that
+    slot, scaled by the level then against that day's); mean absolute errors, exponentially weighted.
+    E.g. lead 615 s = 3 slots: slot 100 ended at 9; slot 97 was 4 (persistence error 5); a day
+    earlier slots 97 and 100 were 5 and 10: 10 x (4 + 1) / (5 + 1) = 8.3 (seasonal error 0.7)."""
     by_slot = memory.demand_by_slot
-    prev = by_slot.get(finished_slot - 1)
+    ahead = max(1, math.ceil(lead_s / SLOT_S - 1e-9))
+    then = finished_slot - ahead
+    prev = by_slot.get(then)
     if prev is None or policy.forecast.seasonal_days == 0:
         return memory
     preds = []
     for day in range(1, policy.forecast.seasonal_days + 1):
-        then = finished_slot - day * (DAY_S // SLOT_S)
-        if then in by_slot and then - 1 in by_slot:
-            preds.append(by_slot[then] * (prev + 1.0) / (by_slot[then - 1] + 1.0))
+        back = day * (DAY_S // SLOT_S)
+        if finished_slot - back in by_slot and then - back in by_slot:
+            preds.append(by_slot[finished_slot - back] * (prev + 1.0) / (by_slot[then - back] + 1.0))
     if not preds:
         return memory
     preds.sort()
@@ -223,8 +229,11 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
 
 
 def record_burn(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, running: float,
-                queued: float, queue_wait_s: float | None) -> Memory:
-    """Fold this tick's estimated capacity misses and arrivals into the budget's burn."""
+                queued: float, queue_wait_s: float | None, below_ceiling: bool = True) -> Memory:
+    """Fold this tick's estimated capacity misses and arrivals into the budget's burn.
+
+    Misses while every group the ceiling allows is active are not the scaling's doing (no decision
+    could have added a group): the budget counts the misses scaling caused."""
     if arrivals_per_s is None:
         return memory
     tick = policy.scaling.tick_interval_s
@@ -232,7 +241,7 @@ def record_burn(memory: Memory, policy: Policy, now: float, arrivals_per_s: floa
     demand = running + queued
     slow = queue_wait_s > policy.scaling.scale_up.slo_burn_min_queue_wait_s if queue_wait_s is not None \
         else queued > 0
-    misses = arrivals * queued / demand if (slow and demand > 0) else 0.0
+    misses = arrivals * queued / demand if (slow and demand > 0 and below_ceiling) else 0.0
     prev = memory.budget_burn
     if prev is None:
         return memory.with_(budget_burn=(misses, arrivals, now))
