@@ -196,3 +196,35 @@ def test_cold_start_drains_within_minutes_on_a_compressed_policy():
             downs.append(now - T0)
             phases[("g1", "g2", "g3").index(d.group)] = "off"
     assert len(downs) == 2 and downs[0] <= 60, downs
+
+
+def test_the_risk_memory_survives_to_dict_and_the_snapshot_loader():
+    # The live service persists Memory.to_dict() and a restart (or `decide --snapshot`) loads it
+    # back: after two simulated hours of ticks, the reloaded memory decides the same and carries
+    # the same risk state (the sorted rises are rebuilt from the log).
+    import json
+
+    from autoscaler.adapters.snapshot_file import snapshot_from_dict
+
+    policy = make_policy(forecast={"enabled": True})
+    mem = Memory()
+    for i in range(480):  # two hours of 15 s ticks, a wave of demand
+        now = T0 + 15 * i
+        load = 2 + (i % 40) / 10
+        _, mem = decide(signals(at=now, g1=(load, 0, 0.2), g2=(1, 0, 0.1)), fleet("ready", "ready", "off"),
+                        policy, mem, now)
+    now = T0 + 15 * 480
+    snap = signals(at=now, g1=(2, 0, 0.2), g2=(1, 0, 0.1))
+    data = json.loads(json.dumps({"at": "2026-01-05T11:00:00Z", "signals": snap.to_dict(),
+                                  "fleet": {"groups": {"g1": {"phase": "ready", "since": "2026-01-05T07:00:00Z"},
+                                                       "g2": {"phase": "ready", "since": "2026-01-05T07:00:00Z"}}},
+                                  "memory": mem.to_dict()}))
+    _, _, loaded, _ = snapshot_from_dict(data, policy)
+    for name in ("minute_now", "minute_max", "rise_log", "rises_sorted", "seasonal_skill", "startup_durations_s"):
+        assert getattr(loaded, name) == getattr(mem, name), name
+    assert loaded.budget_burn == mem.budget_burn or loaded.budget_burn[:2] == pytest.approx(mem.budget_burn[:2])
+    assert len(mem.rise_log) > 60
+    f = fleet("ready", "ready", "off", sinces={"g1": T0 - 14400, "g2": T0 - 14400})
+    a, _ = decide(snap, f, policy, mem, now)
+    b, _ = decide(snap, f, policy, loaded, now)
+    assert (a.action, a.reason, a.detail) == (b.action, b.reason, b.detail)
