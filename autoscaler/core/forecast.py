@@ -24,6 +24,9 @@ from autoscaler.policy.model import Policy
 SLOT_S = 300  # seasonal history resolution: 5 minutes
 DAY_S = 86400
 MAX_STARTUP_SAMPLES = 20
+# The seasonal forecast counts once it has predicted at least as well as persistence lately
+# (core/risk.py's weight >= 0.5).
+SEASONAL_TRUST = 0.5
 
 
 def p95(values: tuple[float, ...]) -> float:
@@ -173,7 +176,7 @@ def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon
         stat = memo[2]
     else:
         stat = seasonal_statistic(memory, policy, now, horizon)
-    if stat is None or seasonal_weight(memory) < 0.5:
+    if stat is None or seasonal_weight(memory) < SEASONAL_TRUST:
         # No history, or the seasonal forecast has not predicted better than persistence lately:
         # it is not trusted (core/risk.py, "earns its weight").
         seasonal = None
