@@ -28,7 +28,8 @@ from typing import Any
 
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
 from autoscaler.core.forecast import ForecastResult, forecast, lead_time_s, record_demand, seasonal_memo
-from autoscaler.core.risk import Risk, allowed_risk, exceed_probability, record_burn, record_minute
+from autoscaler.core.risk import (Risk, allowed_risk, burn_changes, exceed_probability, minute_changes,
+                                  seasonal_peaks_memo)
 from autoscaler.core.types import (
     Action,
     Decision,
@@ -133,12 +134,15 @@ class _Tick:
         self.risk_horizon = self.lead[0] + scaling.tick_interval_s
         if self.demand is not None:
             memory = record_demand(memory, policy, now, self.demand, self.risk_horizon)
-            memory = record_minute(memory, now, self.demand, self.risk_horizon)
             fl = signals.fleet
-            memory = record_burn(memory, policy, now, fl.request_rate, self.running, self.queued,  # type: ignore[arg-type]
-                                 fl.queue_wait_p99_s, self.active < self.bounds.ceiling)
+            # The risk's per-minute history and the budget's burn, in one copy of the memory.
+            changes = minute_changes(memory, now, self.demand, self.risk_horizon)
+            changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running,  # type: ignore[arg-type]
+                                        self.queued, fl.queue_wait_p99_s, self.active < self.bounds.ceiling))
+            memory = memory.with_(**changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
+                memory = seasonal_peaks_memo(memory, policy, now, self.risk_horizon)
             self.fc = forecast(memory, policy, now, self.demand, self.horizon)
         self.memory = memory
 

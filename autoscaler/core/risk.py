@@ -86,6 +86,12 @@ def _z(rise: float, level: float) -> float:
 
 
 def record_minute(memory: Memory, now: float, demand: float, lead_s: float) -> Memory:
+    """Memory with one demand sample folded into the per-minute means (``minute_changes``)."""
+    changes = minute_changes(memory, now, demand, lead_s)
+    return memory.with_(**changes) if changes else memory
+
+
+def minute_changes(memory: Memory, now: float, demand: float, lead_s: float) -> dict:
     """Fold one demand sample into the per-minute means; when a minute closes, the minute one lead
     time before it now has its measured rise, which joins the recent rises.
 
@@ -96,7 +102,7 @@ def record_minute(memory: Memory, now: float, demand: float, lead_s: float) -> M
     cur = memory.minute_now
     if cur is None or cur[0] == minute:
         total, count = (0.0, 0) if cur is None else (cur[1], cur[2])
-        return memory.with_(minute_now=(minute, total + demand, count + 1))
+        return {"minute_now": (minute, total + demand, count + 1)}
     ell = lead_minutes(lead_s)
     closed = memory.minute_max + ((cur[0], cur[1] / cur[2]),)
     # Keep enough closed minutes to measure the next rises: the last ``ell + 1``.
@@ -122,7 +128,7 @@ def record_minute(memory: Memory, now: float, demand: float, lead_s: float) -> M
                 del ordered[bisect_right(ordered, old) - 1]
             log = log[cut:]
             ordered = tuple(ordered)
-    return memory.with_(minute_now=(minute, demand, 1), minute_max=closed, rise_log=log, rises_sorted=ordered)
+    return {"minute_now": (minute, demand, 1), "minute_max": closed, "rise_log": log, "rises_sorted": ordered}
 
 
 def level_now(memory: Memory) -> float | None:
@@ -141,9 +147,25 @@ def _slot_level(by_slot, slot: int) -> float | None:
     return max(vals) if vals else None
 
 
-def seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> list[tuple[float, float]]:
+def seasonal_peaks_memo(memory: Memory, policy: Policy, now: float, lead_s: float) -> Memory:
+    """Memory whose ``seasonal_peaks_memo`` holds ``seasonal_peaks`` for this slot and lead time."""
+    key = (int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S)))
+    memo = memory.seasonal_peaks_memo
+    if memo is not None and memo[:2] == key:
+        return memory
+    return memory.with_(seasonal_peaks_memo=(*key, tuple(_seasonal_peaks(memory, policy, now, lead_s))))
+
+
+def seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> list[tuple[float, float]] | tuple:
     """Per earlier day with data: (its level just before this time of day, its busiest slot within
     the lead time after it)."""
+    memo = memory.seasonal_peaks_memo
+    if memo is not None and memo[:2] == (int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S))):
+        return memo[2]
+    return _seasonal_peaks(memory, policy, now, lead_s)
+
+
+def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> list[tuple[float, float]]:
     by_slot = memory.demand_by_slot
     days = policy.forecast.seasonal_days
     if not by_slot or days == 0:
@@ -230,12 +252,19 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
 
 def record_burn(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, running: float,
                 queued: float, queue_wait_s: float | None, below_ceiling: bool = True) -> Memory:
+    """Memory with this tick's capacity misses and arrivals folded into the burn (``burn_changes``)."""
+    changes = burn_changes(memory, policy, now, arrivals_per_s, running, queued, queue_wait_s, below_ceiling)
+    return memory.with_(**changes) if changes else memory
+
+
+def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, running: float,
+                 queued: float, queue_wait_s: float | None, below_ceiling: bool = True) -> dict:
     """Fold this tick's estimated capacity misses and arrivals into the budget's burn.
 
     Misses while every group the ceiling allows is active are not the scaling's doing (no decision
     could have added a group): the budget counts the misses scaling caused."""
     if arrivals_per_s is None:
-        return memory
+        return {}
     tick = policy.scaling.tick_interval_s
     arrivals = arrivals_per_s * tick
     demand = running + queued
@@ -244,12 +273,12 @@ def record_burn(memory: Memory, policy: Policy, now: float, arrivals_per_s: floa
     misses = arrivals * queued / demand if (slow and demand > 0 and below_ceiling) else 0.0
     prev = memory.budget_burn
     if prev is None:
-        return memory.with_(budget_burn=(misses, arrivals, now))
+        return {"budget_burn": (misses, arrivals, now)}
     m, a, t = prev
     decay = 0.5 ** (max(0.0, now - t) / BURN_HALF_LIFE_S)
     if misses == 0 and arrivals == 0 and decay == 1.0:
-        return memory
-    return memory.with_(budget_burn=(m * decay + misses, a * decay + arrivals, now))
+        return {}
+    return {"budget_burn": (m * decay + misses, a * decay + arrivals, now)}
 
 
 def burn_rate(memory: Memory, policy: Policy) -> float | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from enum import StrEnum
+from operator import attrgetter
 from typing import Any, Mapping
 
 
@@ -168,6 +169,9 @@ class Memory:
     seasonal_skill: tuple[float, float] | None = None
     # The error budget's burn: (estimated capacity misses, arrivals, at), exponentially weighted.
     budget_burn: tuple[float, float, float] | None = None
+    # Each earlier day's (level, busiest slot within the lead time) for (this slot, slots ahead):
+    # they change only when a slot ends, so they are computed once per slot (derived, not serialised).
+    seasonal_peaks_memo: tuple[int, int, tuple[tuple[float, float], ...]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -194,16 +198,22 @@ class Memory:
         return out
 
     def with_(self, **changes: Any) -> Memory:
-        # dataclasses.replace() re-validates every field; this runs at every tick of a 14-day replay.
+        # dataclasses.replace() re-validates every field; this runs several times at every tick of a
+        # 14-day replay: copy every field in one attrgetter call, then set the changed ones.
         new = object.__new__(Memory)
-        for name in _MEMORY_FIELDS:
-            object.__setattr__(new, name, changes.pop(name) if name in changes else getattr(self, name))
-        if changes:
-            raise TypeError(f"Memory has no field {next(iter(changes))!r}")
+        setter = object.__setattr__
+        for name, value in zip(_MEMORY_FIELDS, _ALL_FIELDS(self)):
+            setter(new, name, value)
+        for name, value in changes.items():
+            if name not in _FIELD_SET:
+                raise TypeError(f"Memory has no field {name!r}")
+            setter(new, name, value)
         return new
 
 
 _MEMORY_FIELDS = tuple(f.name for f in fields(Memory))
+_FIELD_SET = frozenset(_MEMORY_FIELDS)
+_ALL_FIELDS = attrgetter(*_MEMORY_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
