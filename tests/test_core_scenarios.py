@@ -228,7 +228,7 @@ def test_drain_interrupted_by_a_surge_returns_the_group():
 
 def test_every_reason_code_is_reached_by_some_test(tmp_path):
     """Every code of the closed set is returned by the real core in some core test. The core tests
-    run in a subprocess that records each reason the core returned (core_helpers.decide), so the
+    (tests/test_core_*.py) run in a subprocess that records each reason the core returned (core_helpers.decide), so the
     check is the same whatever order, or selection, this test runs in."""
     if os.environ.get("AUTOSCALER_TEST_REASONS_OUT"):
         pytest.skip("inside the coverage run itself")
@@ -237,7 +237,7 @@ def test_every_reason_code_is_reached_by_some_test(tmp_path):
     env = {**os.environ, "AUTOSCALER_TEST_REASONS_OUT": str(out)}
     p = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         str(here / "test_core_rules.py"), str(here / "test_core_scenarios.py"),
+         *sorted(str(p) for p in here.glob("test_core_*.py")),
          "-k", "not test_every_reason_code_is_reached_by_some_test"],
         capture_output=True, text=True, env=env, cwd=here.parent, timeout=600,
     )
