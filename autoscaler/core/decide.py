@@ -27,7 +27,7 @@ import math
 from typing import Any
 
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
-from autoscaler.core.forecast import ForecastResult, forecast, lead_time_s, record_demand, seasonal_memo
+from autoscaler.core.forecast import ForecastResult, demand_changes, forecast, lead_time_s, seasonal_memo
 from autoscaler.core.risk import (Risk, allowed_risk, burn_changes, exceed_probability, minute_changes,
                                   seasonal_peaks_memo)
 from autoscaler.core.types import (
@@ -133,10 +133,11 @@ class _Tick:
         # How long a drained group takes to come back: its start-up and the tick that notices.
         self.risk_horizon = self.lead[0] + scaling.tick_interval_s
         if self.demand is not None:
-            memory = record_demand(memory, policy, now, self.demand, self.risk_horizon)
             fl = signals.fleet
-            # The risk's per-minute history and the budget's burn, in one copy of the memory.
-            changes = minute_changes(memory, now, self.demand, self.risk_horizon)
+            # The trend window, the seasonal history, the risk's per-minute history and the budget's
+            # burn, in one copy of the memory (each reads only fields the others do not change).
+            changes = demand_changes(memory, policy, now, self.demand, self.risk_horizon)
+            changes.update(minute_changes(memory, now, self.demand, self.risk_horizon))
             changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running,  # type: ignore[arg-type]
                                         self.queued, fl.queue_wait_p99_s, self.active < self.bounds.ceiling))
             memory = memory.with_(**changes)

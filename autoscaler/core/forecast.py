@@ -53,6 +53,12 @@ def record_startup(memory: Memory, seconds: float) -> Memory:
 
 def record_demand(memory: Memory, policy: Policy, now: float, demand: float, lead_s: float = SLOT_S) -> Memory:
     """Add one demand sample to the trend window and to the seasonal slot history."""
+    return memory.with_(**demand_changes(memory, policy, now, demand, lead_s))
+
+
+def demand_changes(memory: Memory, policy: Policy, now: float, demand: float, lead_s: float = SLOT_S) -> dict:
+    """``record_demand`` as the fields it changes (decide folds them into one copy of the memory)."""
+    changes: dict = {}
     cutoff = now - policy.forecast.trend_window_s
     samples = memory.demand_samples
     drop = 0
@@ -66,12 +72,13 @@ def record_demand(memory: Memory, policy: Policy, now: float, demand: float, lea
         slot_now = (slot, demand if current is None else max(current[1], demand))
     else:  # a new slot: score the seasonal forecast on the finished one, fold it into the history
         # and forget days past the horizon
-        memory = update_skill(memory, policy, current[0], current[1], lead_s)
+        changes["seasonal_skill"] = update_skill(memory, policy, current[0], current[1], lead_s).seasonal_skill
         keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
         by_slot = _slots_from(by_slot, keep_from)
         by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])
         slot_now = (slot, demand)
-    return memory.with_(demand_samples=samples, demand_by_slot=by_slot, slot_now=slot_now)
+    changes.update(demand_samples=samples, demand_by_slot=by_slot, slot_now=slot_now)
+    return changes
 
 
 def _slots_from(by_slot: Mapping[int, float], keep_from: int) -> dict[int, float]:
