@@ -40,6 +40,8 @@ from autoscaler.policy.model import OnDrainTimeout, Policy
 from autoscaler.sim.traces import Trace
 
 BLOCK_TOKENS = 512  # Mooncake's hash_ids are 512-token blocks
+_STARTING = Phase.STARTING
+_heappush, _heapreplace = heapq.heappush, heapq.heapreplace
 
 
 class Controller(Protocol):
@@ -240,6 +242,7 @@ class _Replay:
         t_arr = self.t_arr
         report_every = max(1, n // 100)
         route, place, remember = self._route, self._place, self._remember  # bound once: 300,000 calls
+        remembers = self.blocks is not None or self.sessions is not None  # a trace with prefixes or sessions
         for i in range(n):
             a = t_arr[i]
             if a >= self.next_tick or a >= self.next_scrape:
@@ -250,7 +253,8 @@ class _Replay:
                 progress(i / n)
             group, cached = route(i, a)
             place(i, a, group, cached)
-            remember(i, group)
+            if remembers:
+                remember(i, group)
         while self.next_tick <= self.span1:
             self._step_clock()
         return self._result()
@@ -324,23 +328,21 @@ class _Replay:
         begin = slots[0]
         if begin <= a:
             begin = a
-        if g.phase is Phase.STARTING and begin < g.ready_at:
+        if g.phase is _STARTING and begin < g.ready_at:
             begin = g.ready_at
         finish = begin + svc
-        heapq.heapreplace(slots, finish)
+        _heapreplace(slots, finish)
         tokens = self.tok_l[i]
-        heapq.heappush(g.inflight, (finish, tokens, i))
+        _heappush(g.inflight, (finish, tokens, i))
         g.ctx_tokens += tokens
         wait = begin - a
         self.ttft_l[i] = wait + pre
         self.qwait_l[i] = wait
         if self.track_latency:
-            heapq.heappush(self.latency.pending, (begin + pre, wait + pre, wait))
+            _heappush(self.latency.pending, (begin + pre, wait + pre, wait))
 
     def _remember(self, i: int, g: _Group) -> None:
         """The group now holds this request's prefix (LRU blocks) or its session's tokens."""
-        if self.blocks is None and self.sessions is None:
-            return
         if self.blocks is not None:
             c = g.cache
             for b in self.blocks[i]:
