@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from typing import Any
 
@@ -88,13 +89,19 @@ def fresh() -> Memory:
     return Memory()
 
 
-# Every reason the real core returned while the core tests ran (test_core_scenarios.py checks the
-# closed set was covered: a code no test reaches is a rule no test checks).
+# Every reason the real core returned while the core tests ran. With AUTOSCALER_TEST_REASONS_OUT set
+# (test_core_scenarios.py's coverage test runs the core tests in a subprocess that way), each new
+# reason is also appended to that file, so that the coverage check does not depend on test order.
 REASONS_SEEN: set = set()
+_REASONS_OUT = os.environ.get("AUTOSCALER_TEST_REASONS_OUT")
 
 
 def decide(signals, fleet, policy, memory, now):
     """The real core, recording the reason of each decision it returns."""
     decision, next_memory = _decide(signals, fleet, policy, memory, now)
-    REASONS_SEEN.add(decision.reason)
+    if decision.reason not in REASONS_SEEN:
+        REASONS_SEEN.add(decision.reason)
+        if _REASONS_OUT:
+            with open(_REASONS_OUT, "a", encoding="utf-8") as out:
+                out.write(f"{decision.reason}\n")
     return decision, next_memory

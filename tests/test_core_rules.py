@@ -172,10 +172,10 @@ def test_not_surplus_when_remaining_groups_would_be_too_busy():
 
 
 def test_spare_groups_are_kept_on_scale_down():
-    # demand 3 on 3 groups with 1 spare: remaining = 3 - 1 - 1 = 1 group: 3 / 6 = 0.5 < 0.55 -> surplus
-    # demand 4: 4 / 6 = 0.67 -> keep
+    # demand 0 on 3 groups with 1 spare: remaining = 3 - 1 - 1 = 1 group (capacity 4.2 at the target):
+    # surplus. Demand 4: 4 / 6 = 0.67 >= 0.55 -> keep (and a rise past 4.2 is likely: z = 0.2 / sqrt(5))
     policy = make_policy(scaling={"spare_groups": 1})
-    low = signals(g1=(1, 0, 0.2), g2=(1, 0, 0.2), g3=(1, 0, 0.2))
+    low = signals(g1=(0, 0, 0.2), g2=(0, 0, 0.2), g3=(0, 0, 0.2))
     d, _ = decide(low, fleet("ready", "ready", "ready"), policy, SETTLED, T0)
     assert d.action is Action.SCALE_DOWN
     high = signals(g1=(2, 0, 0.2), g2=(1, 0, 0.2), g3=(1, 0, 0.2))
@@ -418,15 +418,24 @@ def test_trend_forecast_scales_up_ahead_of_a_ramp():
     assert d.inputs["forecast_basis"] == "trend"
 
 
+TRUSTED = (1.0, 3.0)  # seasonal error 1 vs persistence 3: weight 3 / (1 + 3) = 0.75 >= 0.5
+
+
 def test_seasonal_forecast_uses_the_same_time_on_earlier_days():
     # Yesterday demand rose from 2 at this slot to 10 within the next 10 minutes; today it is 2 now.
     # forecast = 2 + (10 - 2) = 10 -> ceil(10 / 4.2) = 3 groups.
     policy = make_policy(forecast={"enabled": True, "seasonal_days": 7})
     slot = int((T0 - 86400) // 300)
-    mem = Memory(demand_by_slot={slot: 2.0, slot + 1: 6.0, slot + 2: 10.0})
+    # The seasonal forecast has earned its weight: lately its error was 1 against persistence's 3.
+    mem = Memory(demand_by_slot={slot: 2.0, slot + 1: 6.0, slot + 2: 10.0}, seasonal_skill=TRUSTED)
     d, _ = decide(signals(g1=(2, 0, 0.2)), fleet("ready", "off", "off"), policy, mem, T0)
     assert (d.action, d.reason, d.target_groups) == (Action.SCALE_UP, Reason.FORECAST_HIGH, 3)
     assert d.inputs["forecast_basis"] == "seasonal"
+    # Not trusted by default (no measured skill), nor when it predicted worse than persistence.
+    for skill in (None, (3.0, 1.0)):
+        d, _ = decide(signals(g1=(2, 0, 0.2)), fleet("ready", "off", "off"), policy,
+                      Memory(demand_by_slot=mem.demand_by_slot, seasonal_skill=skill), T0)
+        assert d.action is Action.HOLD and d.inputs["forecast_basis"] == "current", skill
 
 
 def test_seasonal_peak_expects_the_typical_busiest_slot_of_earlier_days():
@@ -439,7 +448,8 @@ def test_seasonal_peak_expects_the_typical_busiest_slot_of_earlier_days():
         hist[base + 1], hist[base + 2] = peaks
     for q, expected in ((0.5, 7.0), (0.25, 6.0)):
         policy = make_policy(forecast={"enabled": True, "seasonal_statistic": "peak", "seasonal_quantile": q})
-        d, _ = decide(signals(g1=(2, 0, 0.2)), fleet("ready", "off", "off"), policy, Memory(demand_by_slot=hist), T0)
+        d, _ = decide(signals(g1=(2, 0, 0.2)), fleet("ready", "off", "off"), policy,
+                      Memory(demand_by_slot=hist, seasonal_skill=TRUSTED), T0)
         assert d.inputs["forecast_peak"] == expected
         assert (d.action, d.reason, d.target_groups) == (Action.SCALE_UP, Reason.FORECAST_HIGH, 2)  # ceil(6|7 / 4.2)
 
@@ -449,7 +459,7 @@ def test_forecast_blocks_a_scale_down_before_a_known_rise():
     # (1 + 7) / 12 = 0.67 >= 0.55 -> keep 3.
     policy = make_policy(forecast={"enabled": True})
     slot = int((T0 - 86400) // 300)
-    mem = Memory(surplus_since=T0 - 3600, demand_by_slot={slot: 1.0, slot + 1: 8.0})
+    mem = Memory(surplus_since=T0 - 3600, demand_by_slot={slot: 1.0, slot + 1: 8.0}, seasonal_skill=TRUSTED)
     d, _ = decide(signals(**LOW3), fleet("ready", "ready", "ready"), policy, mem, T0)
     assert (d.action, d.reason) == (Action.HOLD, Reason.STEADY)
     assert d.inputs["forecast_peak"] == 8.0
@@ -483,11 +493,12 @@ def test_a_cap_wins_over_a_freeze_window():
 
 
 def test_demand_above_the_ceiling_breaks_the_continuous_surplus_window():
-    # Surplus since 290 s; one busy tick at the ceiling; low again 15 s later: the window restarts.
+    # Surplus since 290 s; one busy tick at the ceiling; low again two minutes later (the busy minute
+    # no longer sets the level the risk starts from): the window restarts then, not from 290 s before.
     d, mem = decide(signals(**BUSY3), fleet("ready", "ready", "ready"), P, Memory(surplus_since=T0 - 290), T0)
     assert d.reason is Reason.AT_CEILING and mem.surplus_since is None
-    d, mem = decide(signals(at=T0 + 15, **LOW3), fleet("ready", "ready", "ready"), P, mem, T0 + 15)
-    assert d.reason is Reason.STABILIZING and mem.surplus_since == T0 + 15
+    d, mem = decide(signals(at=T0 + 120, **LOW3), fleet("ready", "ready", "ready"), P, mem, T0 + 120)
+    assert d.reason is Reason.STABILIZING and mem.surplus_since == T0 + 120
 
 
 def test_one_unknown_group_does_not_blind_a_scale_up():

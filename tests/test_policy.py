@@ -82,6 +82,10 @@ def edit(path: str, value) -> str:
         ("slo.ttft_target_s", "3", "x.yaml: slo.ttft_target_s: '3': Input should be a valid number"),
         ("schedules.windows", [{"name": "w", "start": "08:00", "end": "18:00", "floor_groups": 3}],
          None),  # floor 3 = ceiling 3: valid
+        ("slo.capacity_miss_budget_pct", 0, "x.yaml: slo.capacity_miss_budget_pct: 0: Input should be greater than 0"),
+        ("slo.capacity_miss_budget_pct", 101,
+         "x.yaml: slo.capacity_miss_budget_pct: 101: Input should be less than or equal to 100"),
+        ("slo.capacity_miss_budget_pct", 2.5, None),
         ("signals.metric_prefix", "sglang-", "x.yaml: signals.metric_prefix: 'sglang-': String should match pattern"),
         ("signals.queries", {"runing": "x"},
          "x.yaml: signals.queries: unknown signal 'runing'; signals are running, queued, kv_usage"),
@@ -93,6 +97,27 @@ def test_each_rule_names_file_field_value_and_rule(path, value, expected):
         return
     with pytest.raises(PolicyInvalid) as exc:
         parse_policy(edit(path, value), "x.yaml")
+    assert any(line.startswith(expected) for line in exc.value.errors), exc.value.errors
+
+
+@pytest.mark.parametrize("target, below, expected", [
+    # the example: add a group above 0.5, drain below 0.55 -> demand between them flaps
+    (0.5, 0.55, "x.yaml: scaling.scale_down.utilization_below: 0.55 is at or above scaling.target_utilization "
+                "(0.5): the scale-up point must be above the scale-down point"),
+    (0.7, 0.7, "x.yaml: scaling.scale_down.utilization_below: 0.7 is at or above scaling.target_utilization (0.7)"),
+    (1.0, 1.0, "x.yaml: scaling.scale_down.utilization_below: 1 is at or above scaling.target_utilization (1)"),
+    (0.7, 0.69, None),  # just below: valid
+    (1.0, 0.55, None),
+])
+def test_a_policy_that_would_flap_is_rejected(target, below, expected):
+    data = yaml.safe_load(edit("scaling.target_utilization", target))
+    data["scaling"]["scale_down"]["utilization_below"] = below
+    text = yaml.safe_dump(data)
+    if expected is None:
+        parse_policy(text, "x.yaml")
+        return
+    with pytest.raises(PolicyInvalid) as exc:
+        parse_policy(text, "x.yaml")
     assert any(line.startswith(expected) for line in exc.value.errors), exc.value.errors
 
 

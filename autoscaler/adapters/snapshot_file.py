@@ -8,7 +8,9 @@ Format (README, "Ask the core offline"); every time is ISO 8601, UTC without a z
                  "fleet": {...same keys...}, "problems": [{"signal", "group", "kind", "detail"}]},
      "fleet": {"synced": true, "groups": {"g1": {"phase": "ready", "since": "2026-01-05T07:00:00Z"}}},
      "memory": {"last_scale_up_at": null, "surplus_since": null, "disruptions": [],
-                "startup_durations_s": [], "demand_samples": [], "demand_by_slot": {}}}
+                "startup_durations_s": [], "demand_samples": [], "demand_by_slot": {},
+                "minute_now": null, "minute_max": [], "rise_log": [], "seasonal_skill": null,
+                "budget_burn": null}}
 
 ``signals`` may be the output of ``autoscaler signals --json`` as it is. Groups missing from
 ``fleet.groups`` are off. ``memory`` may be omitted (a fresh controller).
@@ -182,7 +184,44 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         if not str(k).lstrip("-").isdigit():
             raise r.fail(f"memory.demand_by_slot.{k}", "a slot is a whole number (epoch seconds // 300)")
         by_slot[int(k)] = required_number(v, f"memory.demand_by_slot.{k}")
+    def pairs(key: str, what: str) -> tuple[tuple[int, float], ...]:
+        out = []
+        for i, v in enumerate(items(key)):
+            if not isinstance(v, list) or len(v) != 2 or not isinstance(v[0], int) or isinstance(v[0], bool):
+                raise r.fail(f"memory.{key}[{i}]", f"{v!r} is not [{what}]")
+            out.append((v[0], required_number(v[1], f"memory.{key}[{i}][1]")))
+        return tuple(out)
+
+    def numbers(key: str, n: int) -> tuple[float, ...] | None:
+        value = mem.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) != n:
+            raise r.fail(f"memory.{key}", f"{value!r} is not a list of {n} numbers")
+        return tuple(required_number(v, f"memory.{key}[{i}]") for i, v in enumerate(value))
+
+    minute_now = None
+    raw = mem.get("minute_now")
+    if raw is not None:
+        if (not isinstance(raw, list) or len(raw) != 3 or not all(isinstance(raw[i], int) for i in (0, 2))
+                or any(isinstance(raw[i], bool) for i in (0, 2)) or raw[2] < 1):
+            raise r.fail("memory.minute_now", f"{raw!r} is not [minute index, demand sum, samples >= 1]")
+        minute_now = (raw[0], required_number(raw[1], "memory.minute_now[1]"), raw[2])
+    burn = mem.get("budget_burn")
+    if burn is not None:
+        if not isinstance(burn, list) or len(burn) != 3:
+            raise r.fail("memory.budget_burn", f"{burn!r} is not [misses, arrivals, time]")
+        burn = (required_number(burn[0], "memory.budget_burn[0]"), required_number(burn[1], "memory.budget_burn[1]"),
+                r.time(burn[2], "memory.budget_burn[2]"))
+    rise_log = pairs("rise_log", "minute index, rise")
+    skill = numbers("seasonal_skill", 2)
     memory = Memory(
+        minute_now=minute_now,
+        minute_max=pairs("minute_max", "minute index, mean demand"),
+        rise_log=rise_log,
+        rises_sorted=tuple(sorted(z for _, z in rise_log)),
+        seasonal_skill=skill,  # type: ignore[arg-type]
+        budget_burn=burn,
         last_scale_up_at=opt_time("last_scale_up_at"),
         surplus_since=opt_time("surplus_since"),
         slo_miss_since=opt_time("slo_miss_since"),

@@ -167,6 +167,7 @@ def _print_table(out: dict) -> None:
         ("always-on node-hours", "baseline_node_hours", "{:,.1f}"),
         ("saving %", "savings_pct", "{:.2f}"),
         ("SLO attainment %", "slo_attainment", None),
+        ("capacity misses", "capacity_misses", "{:,}"),
         ("TTFT p50 s", "ttft_p50_s", "{:.3f}"),
         ("TTFT p99 s", "ttft_p99_s", "{:.3f}"),
         ("groups started", "scale_ups", "{:,}"),
@@ -210,5 +211,6 @@ def _print_table(out: dict) -> None:
               f"({'ok' if v['slo_within_0_5pp_of_static'] else 'MORE than 0.5 pp below'}); "
               f"vs oracle node-hours: x{v['node_hours_vs_oracle']} "
               f"({'ok' if v['within_10pct_of_oracle'] else 'more than 10% above'}); "
-              f"HPA frontier at our SLO: {v['hpa_frontier_node_hours']:,.1f} node-hours "
-              f"({'ours at or below' if v['at_or_below_hpa_frontier'] else 'ours ABOVE'})")
+              f"HPA: " + ("not dominated" if not v["dominated_by_hpa"] else
+                          f"DOMINATED ({v['hpa_dominating']['node_hours']:,.1f} node-hours at SLO "
+                          f"{100 * v['hpa_dominating']['slo_attainment']:.3f}%)"))

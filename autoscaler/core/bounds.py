@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
-from zoneinfo import ZoneInfo
 
 from autoscaler.policy.model import WEEKDAYS, Policy, Weekly
 
@@ -26,11 +24,6 @@ class Bounds:
     ceiling_source: str
     pinned: bool = False
     floor_over_cap: bool = False  # a cap below the floor was overruled
-
-
-@lru_cache(maxsize=16)
-def _zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
 
 
 def window_active(window: Weekly, local: datetime) -> bool:
@@ -50,26 +43,11 @@ def window_active(window: Weekly, local: datetime) -> bool:
 
 
 def local_time(policy: Policy, now: float) -> datetime:
-    return datetime.fromtimestamp(now, tz=_zone(policy.schedules.timezone))
-
-
-# The bounds of the last policy without a pin or windows, which hold at every instant. Keyed by
-# identity (a Policy is frozen); holding the policy keeps its id unique.
-_unscheduled: tuple[Policy | None, Bounds | None] = (None, None)
+    # The zone was resolved when the policy loaded (Schedules.zone): no zone lookup per decision.
+    return datetime.fromtimestamp(now, tz=policy.schedules.zone)
 
 
 def effective_bounds(policy: Policy, now: float) -> Bounds:
-    global _unscheduled
-    memo = _unscheduled  # one read: another thread may replace it, never half of it
-    if memo[0] is policy:
-        return memo[1]  # type: ignore[return-value]
-    bounds = _bounds_at(policy, now)
-    if policy.schedules.pin is None and not policy.schedules.windows:
-        _unscheduled = (policy, bounds)
-    return bounds
-
-
-def _bounds_at(policy: Policy, now: float) -> Bounds:
     fleet = policy.fleet
     pin = policy.schedules.pin
     if pin is not None and now < pin.until.timestamp():

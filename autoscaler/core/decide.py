@@ -27,7 +27,9 @@ import math
 from typing import Any
 
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
-from autoscaler.core.forecast import ForecastResult, forecast, lead_time_s, record_demand, seasonal_memo
+from autoscaler.core.forecast import ForecastResult, demand_changes, forecast, lead_time_s, seasonal_memo
+from autoscaler.core.risk import (Risk, allowed_risk, burn_changes, exceed_probability, minute_changes,
+                                  seasonal_peaks_memo)
 from autoscaler.core.types import (
     Action,
     Decision,
@@ -45,6 +47,9 @@ from autoscaler.core.victim import choose_victim, groups_to_start
 from autoscaler.policy.model import Policy
 
 HOUR_S = 3600.0
+# A group is started ahead of demand when it is more likely than not to be needed within one lead
+# time (core/risk.py's estimate against the active groups' capacity).
+ANTICIPATE_ABOVE = 0.5
 _EPS = 1e-9
 
 # Signals each step reads. Scale-ups use whatever is available; scale-downs need all of these clean.
@@ -78,10 +83,8 @@ class _Tick:
     def __init__(self, signals: SignalSnapshot, fleet: FleetState, policy: Policy, memory: Memory, now: float):
         self.signals, self.fleet, self.policy, self.now = signals, fleet, policy, now
         self.order = {name: i for i, name in enumerate(fleet.groups)}
-        # fleet.in_phase() for each of the four phases, in one pass (policy order kept).
-        by_phase: dict[Phase, list[GroupState]] = {
-            Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: [], Phase.STOPPING: []
-        }
+        # The groups of each phase the rules read, in one pass (policy order kept).
+        by_phase: dict[Phase, list[GroupState]] = {Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: []}
         for g in fleet.groups.values():
             bucket = by_phase.get(g.phase)
             if bucket is not None:
@@ -89,7 +92,6 @@ class _Tick:
         self.ready = by_phase[Phase.READY]
         self.starting = by_phase[Phase.STARTING]
         self.draining = by_phase[Phase.DRAINING]
-        self.stopping = by_phase[Phase.STOPPING]
         self.active = len(self.ready) + len(self.starting)
         self.bounds: Bounds = effective_bounds(policy, now)
         scaling = policy.scaling
@@ -107,10 +109,9 @@ class _Tick:
         running = [s.running for s in loads]
         queued = [s.queued for s in loads]
         known = bool(loads) and None not in running and None not in queued and not self._problem_in(_DEMAND_SIGNALS)
-        # known: no None among them (the filter is for the type checker)
-        self.running: float | None = sum(r for r in running if r is not None) if known else None
-        self.queued: float | None = sum(q for q in queued if q is not None) if known else None
-        self.demand = None if self.running is None or self.queued is None else self.running + self.queued
+        self.running = sum(running) if known else None  # type: ignore[arg-type]
+        self.queued = sum(queued) if known else None  # type: ignore[arg-type]
+        self.demand = None if self.running is None else self.running + self.queued  # type: ignore[operator]
         # For scale-ups only: what the groups that did report carry (a lower bound of the demand).
         self.demand_floor: float | None = self.demand
         self.unknown: list[str] = []
@@ -120,20 +121,29 @@ class _Tick:
                     if s.running is not None and s.queued is not None and g.name not in bad and None not in bad]
             self.unknown = [g.name for g in self.reporting if g.name not in {n for n, _ in part}]
             if part:
-                # part holds only groups whose running and queued are known (the `or 0.0` is for the type checker)
-                self.demand_floor = sum((s.running or 0.0) + (s.queued or 0.0) for _, s in part)
-                self.queued_floor = sum((s.queued or 0.0) for _, s in part)
+                self.demand_floor = sum(s.running + s.queued for _, s in part)  # type: ignore[operator]
+                self.queued_floor = sum(s.queued for _, s in part)  # type: ignore[misc]
 
         if memory.disruptions and now - memory.disruptions[0] >= HOUR_S:
             memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
         # The start-up samples only change outside decide (record_startup): one lead time per tick.
         self.lead = lead_time_s(policy, memory)
-        self.horizon = policy.forecast.horizon_s or self.lead[0]  # = horizon_s(policy, memory)
+        self.horizon = policy.forecast.horizon_s or self.lead[0]
         self.fc: ForecastResult | None = None
+        # How long a drained group takes to come back: its start-up and the tick that notices.
+        self.risk_horizon = self.lead[0] + scaling.tick_interval_s
         if self.demand is not None:
-            memory = record_demand(memory, policy, now, self.demand)
+            fl = signals.fleet
+            # The trend window, the seasonal history, the risk's per-minute history and the budget's
+            # burn, in one copy of the memory (each reads only fields the others do not change).
+            changes = demand_changes(memory, policy, now, self.demand, self.risk_horizon)
+            changes.update(minute_changes(memory, now, self.demand, self.risk_horizon))
+            changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running,  # type: ignore[arg-type]
+                                        self.queued, fl.queue_wait_p99_s, self.active < self.bounds.ceiling))
+            memory = memory.with_(**changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
+                memory = seasonal_peaks_memo(memory, policy, now, self.risk_horizon)
             self.fc = forecast(memory, policy, now, self.demand, self.horizon)
         self.memory = memory
 
@@ -253,8 +263,6 @@ def _scale_up(t: _Tick):
     policy, up = t.policy, t.policy.scaling.scale_up
     wants: list[tuple[int, Reason, str, bool]] = []  # (groups wanted, reason, detail, on forecast)
     ready = len(t.ready)
-    demand: float | None
-    queued: float | None
     if t.demand is not None:
         demand, queued, of = t.demand, t.queued, f"running {_fmt(t.running)} + queued {_fmt(t.queued)}"
     elif t.demand_floor is not None:  # some groups unknown: what the others carry is a lower bound
@@ -270,8 +278,7 @@ def _scale_up(t: _Tick):
                           f"demand {_fmt(demand)} ({of}) "
                           f"> {t.active} groups x {_fmt(t.per_group)} = {_fmt(t.active * t.per_group)}; "
                           f"needs {need}" + (f" incl. {t.spare} spare" if t.spare else ""), False))
-        if (up.queued_per_group_above is not None and ready and queued is not None
-                and queued / ready > up.queued_per_group_above):
+        if up.queued_per_group_above is not None and ready and queued / ready > up.queued_per_group_above:
             wants.append((ready + 1, Reason.QUEUE_HIGH,
                           f"queued {_fmt(queued)} over {ready} ready groups = {_fmt(queued / ready)} per group "
                           f"> {_fmt(up.queued_per_group_above)}", False))
@@ -281,6 +288,19 @@ def _scale_up(t: _Tick):
                 wants.append((need_fc, Reason.FORECAST_HIGH,
                               f"forecast demand {_fmt(t.fc.peak)} ({t.fc.basis}) within {_fmt(t.fc.horizon_s)} s "
                               f"> {t.active} groups x {_fmt(t.per_group)}; needs {need_fc}", True))
+        if policy.forecast.enabled and t.demand is not None and t.active < t.bounds.ceiling:
+            # Ramps anticipated on the same measured risk as the scale-downs: when demand is more
+            # likely than not to exceed the active groups within one lead time, start one now.
+            cap_now = t.active * t.per_group
+            up_risk = exceed_probability(t.memory, policy, t.now, cap_now, t.risk_horizon)
+            if up_risk is not None and up_risk.probability > ANTICIPATE_ABOVE:
+                wants.append((t.active + 1, Reason.FORECAST_HIGH,
+                              f"P(demand > {_fmt(cap_now)} within {_fmt(t.risk_horizon)} s) = "
+                              f"{_fmt_pct(up_risk.probability)} > {ANTICIPATE_ABOVE:.0%} "
+                              f"(recent {_fmt_pct(up_risk.p_recent)}"
+                              + ("" if up_risk.p_seasonal is None else
+                                 f", seasonal {_fmt_pct(up_risk.p_seasonal)} x weight {up_risk.seasonal_weight:.2f}")
+                              + ")", True))
     fleet = t.signals.fleet
     capacity_miss = False
     if up.on_slo_burn and ready and fleet.ttft_p99_s is not None and fleet.ttft_p99_s > policy.slo.ttft_target_s:
@@ -392,20 +412,52 @@ def _cordoned(t: _Tick):
                   f"floor {floor}, so a replacement starts first")
 
 
-def _scale_down(t: _Tick):
+def _fmt_pct(p: float) -> str:
+    return f"{100 * p:.2g}%" if p < 0.1 else f"{100 * p:.0f}%"
+
+
+def _surplus(t: _Tick, remaining: int) -> tuple[bool, str, dict[str, Any]]:
+    """Would ``remaining`` groups (less spares) carry what comes within one lead time?
+
+    Yes when current demand and the forecast fit them under ``scale_down.utilization_below`` (a cap:
+    below the scale-up point, so that the drain is not undone at once), and the measured chance that
+    demand exceeds their capacity within the lead time (core/risk.py) is at most what the SLO error
+    budget allows.
+    """
     policy, down = t.policy, t.policy.scaling.scale_down
     assert t.demand is not None and t.fc is not None  # _signal_problem held otherwise
-    remaining = t.active - 1 - t.spare
-    worst = max(t.demand, t.fc.peak)
+    # The trend is a point forecast for scale-ups (ramps); whether demand may rise within the lead
+    # time is the risk's question. A trusted seasonal forecast counts as well.
+    worst = max(t.demand, t.fc.peak) if t.fc.basis == "seasonal" else t.demand
     util_after = worst / (remaining * policy.fleet.requests_per_group) if remaining > 0 else math.inf
-    # e.g. demand 3, forecast 3.5, 3 -> 2 groups: 3.5 / (2 x 6) = 0.29 < 0.55 -> surplus
-    surplus = util_after < down.utilization_below
-    numbers = (
-        f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; "
-        f"on {max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
-        f"vs scale-down threshold {_fmt(down.utilization_below)}"
-    )
-    extra: dict[str, Any] = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4)}
+    capacity = remaining * t.per_group
+    risk: Risk | None = None
+    if remaining > 0:
+        risk = exceed_probability(t.memory, policy, t.now, capacity, t.risk_horizon)
+    allowed, burn = allowed_risk(t.memory, policy)
+    extra: dict[str, Any] = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4),
+                             "risk": None if risk is None else risk.to_dict(), "risk_allowed": round(allowed, 5),
+                             "budget_burn": None if burn is None else round(burn, 4)}
+    # e.g. demand 3, forecast 3.5, 3 -> 2 groups: 3.5 / (2 x 6) = 0.29 < 0.9
+    fits = util_after < down.utilization_below
+    numbers = (f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; on "
+               f"{max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
+               f"(cap {_fmt(down.utilization_below)})")
+    if risk is None:
+        return False, numbers, extra
+    seasonal = ("" if risk.p_seasonal is None else
+                f"; seasonal {_fmt_pct(risk.p_seasonal)} over {risk.seasonal_days} days x weight {risk.seasonal_weight:.2f}")
+    spend = "unmeasured" if burn is None else f"burning {burn:.2f}x"
+    numbers = (f"P(demand > {_fmt(capacity)} within {_fmt(t.risk_horizon)} s) = {_fmt_pct(risk.probability)} "
+               f"(recent {_fmt_pct(risk.p_recent)} over {risk.samples} minutes{seasonal}), "
+               f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed)}; {numbers}")
+    return fits and risk.probability <= allowed, numbers, extra
+
+
+def _scale_down(t: _Tick):
+    policy, down = t.policy, t.policy.scaling.scale_down
+    remaining = t.active - 1 - t.spare
+    surplus, numbers, extra = _surplus(t, remaining)
     if t.active <= t.bounds.floor:
         memory = _no_surplus(t.memory)
         if t.bounds.pinned:

@@ -7,7 +7,8 @@ Two sources, both pure functions of the memory:
   peak`` (the default) the ``seasonal_quantile`` across those days of their busiest 5-minute slot
   within the horizon; with ``rise``, today's level plus that quantile of how much demand rose from
   this slot to the busiest one within the horizon.
-The forecast peak is the highest of the current demand, the trend and the seasonal rise.
+The forecast peak is the highest of the current demand, the trend and the seasonal rise; the
+seasonal part only once it has predicted better than persistence lately (core/risk.py).
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autoscaler.core.risk import seasonal_weight, update_skill
 from autoscaler.core.types import Memory
 from autoscaler.policy.model import Policy
 
 SLOT_S = 300  # seasonal history resolution: 5 minutes
 DAY_S = 86400
 MAX_STARTUP_SAMPLES = 20
+# The seasonal forecast counts once it has predicted at least as well as persistence lately
+# (core/risk.py's weight >= 0.5).
+SEASONAL_TRUST = 0.5
 
 
 def p95(values: tuple[float, ...]) -> float:
@@ -30,25 +35,15 @@ def p95(values: tuple[float, ...]) -> float:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-# The last (start-up samples, their p95): the samples change only when a group becomes ready, and
-# the lead time is read at every tick. Keyed by identity; holding the tuple keeps its id unique.
-_p95_memo: tuple[tuple[float, ...] | None, float] = (None, 0.0)
-
-
 def lead_time_s(policy: Policy, memory: Memory) -> tuple[float, str]:
-    """The measured p95 group start-up once there are enough samples, else the policy's expectation."""
-    global _p95_memo
+    """The measured p95 group start-up once there are enough samples, else the policy's expectation.
+
+    At most 20 samples: sorting them at every tick costs about a microsecond, so nothing is memoised.
+    """
     samples = memory.startup_durations_s
     if len(samples) >= policy.forecast.min_startup_samples:
-        memo = _p95_memo  # one read: another thread may replace it, never half of it
-        if memo[0] is not samples:
-            memo = _p95_memo = (samples, p95(samples))
-        return memo[1], f"p95 of {len(samples)} measured start-ups"
+        return p95(samples), f"p95 of {len(samples)} measured start-ups"
     return policy.fleet.startup_expected_s, "fleet.startup_expected_s"
-
-
-def horizon_s(policy: Policy, memory: Memory) -> float:
-    return policy.forecast.horizon_s or lead_time_s(policy, memory)[0]
 
 
 def record_startup(memory: Memory, seconds: float) -> Memory:
@@ -56,8 +51,14 @@ def record_startup(memory: Memory, seconds: float) -> Memory:
     return memory.with_(startup_durations_s=(memory.startup_durations_s + (float(seconds),))[-MAX_STARTUP_SAMPLES:])
 
 
-def record_demand(memory: Memory, policy: Policy, now: float, demand: float) -> Memory:
+def record_demand(memory: Memory, policy: Policy, now: float, demand: float, lead_s: float = SLOT_S) -> Memory:
     """Add one demand sample to the trend window and to the seasonal slot history."""
+    return memory.with_(**demand_changes(memory, policy, now, demand, lead_s))
+
+
+def demand_changes(memory: Memory, policy: Policy, now: float, demand: float, lead_s: float = SLOT_S) -> dict:
+    """``record_demand`` as the fields it changes (decide folds them into one copy of the memory)."""
+    changes: dict = {}
     cutoff = now - policy.forecast.trend_window_s
     samples = memory.demand_samples
     drop = 0
@@ -69,12 +70,15 @@ def record_demand(memory: Memory, policy: Policy, now: float, demand: float) -> 
     by_slot = memory.demand_by_slot
     if current is None or current[0] == slot:
         slot_now = (slot, demand if current is None else max(current[1], demand))
-    else:  # a new slot: fold the finished one into the history and forget days past the horizon
+    else:  # a new slot: score the seasonal forecast on the finished one, fold it into the history
+        # and forget days past the horizon
+        changes["seasonal_skill"] = update_skill(memory, policy, current[0], current[1], lead_s).seasonal_skill
         keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
         by_slot = _slots_from(by_slot, keep_from)
         by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])
         slot_now = (slot, demand)
-    return memory.with_(demand_samples=samples, demand_by_slot=by_slot, slot_now=slot_now)
+    changes.update(demand_samples=samples, demand_by_slot=by_slot, slot_now=slot_now)
+    return changes
 
 
 def _slots_from(by_slot: Mapping[int, float], keep_from: int) -> dict[int, float]:
@@ -179,7 +183,9 @@ def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon
         stat = memo[2]
     else:
         stat = seasonal_statistic(memory, policy, now, horizon)
-    if stat is None:
+    if stat is None or seasonal_weight(memory) < SEASONAL_TRUST:
+        # No history, or the seasonal forecast has not predicted better than persistence lately:
+        # it is not trusted (core/risk.py, "earns its weight").
         seasonal = None
     else:
         seasonal = max(0.0, stat if policy.forecast.seasonal_statistic == "peak" else current + stat)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from enum import StrEnum
+from operator import attrgetter
 from typing import Any, overload
 
 
@@ -53,16 +54,6 @@ class Reason(StrEnum):
     # scale_down or scale_up
     CORDONED = "cordoned"  # an operator cordoned an active group: drain it (a replacement first if the floor needs one)
     SURPLUS = "surplus"  # the remaining groups carry demand and forecast under the threshold
-
-
-HOLD_REASONS = frozenset(
-    {
-        Reason.STEADY, Reason.AT_FLOOR, Reason.AT_CEILING, Reason.FLOOR_OVER_CAP, Reason.PINNED,
-        Reason.FLEET_UNSYNCED, Reason.SIGNAL_UNAVAILABLE, Reason.SIGNAL_STALE, Reason.SIGNAL_INVALID,
-        Reason.ACTION_IN_FLIGHT, Reason.STABILIZING, Reason.COOLDOWN, Reason.FREEZE_WINDOW,
-        Reason.DISRUPTION_BUDGET, Reason.MIN_UPTIME, Reason.NO_GROUP_AVAILABLE,
-    }
-)  # fmt: skip
 
 
 class Phase(StrEnum):
@@ -148,9 +139,6 @@ class FleetState:
     groups: Mapping[str, GroupState]  # every group of the policy, in policy order
     synced: bool = True  # False while the runner does not know the true state (e.g. after a crash)
 
-    def in_phase(self, *phases: Phase) -> list[GroupState]:
-        return [g for g in self.groups.values() if g.phase in phases]
-
 
 @dataclass(frozen=True, slots=True)
 class Memory:
@@ -170,6 +158,21 @@ class Memory:
     # The seasonal statistic for (slot, slots ahead): the history only changes when a slot ends,
     # so it is computed once per slot, not at every tick.
     seasonal_memo: tuple[int, int, float | None] | None = None
+    # Recent rises (core/risk.py): the minute in progress (index, sum of demand samples, count), the
+    # closed minutes' mean demand one lead time back, and the normalised rise measured from each closed minute of the last six
+    # hours (time order, and the same values sorted for the probability: derived, not serialised).
+    minute_now: tuple[int, float, int] | None = None
+    minute_max: tuple[tuple[int, float], ...] = ()
+    rise_log: tuple[tuple[int, float], ...] = ()
+    rises_sorted: tuple[float, ...] = ()
+    # How well the seasonal forecast predicted recently: (mean abs error of the seasonal prediction,
+    # of persistence), exponentially weighted; None until measured (the seasonal part is then unused).
+    seasonal_skill: tuple[float, float] | None = None
+    # The error budget's burn: (estimated capacity misses, arrivals, at), exponentially weighted.
+    budget_burn: tuple[float, float, float] | None = None
+    # Each earlier day's (level, busiest slot within the lead time) for (this slot, slots ahead):
+    # they change only when a slot ends, so they are computed once per slot (derived, not serialised).
+    seasonal_peaks_memo: tuple[int, int, tuple[tuple[float, float], ...]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,6 +183,12 @@ class Memory:
             "startup_durations_s": list(self.startup_durations_s),
             "demand_samples": [[iso(t), d] for t, d in self.demand_samples],
             "demand_by_slot": {str(k): v for k, v in self.history_by_slot().items()},
+            "minute_now": None if self.minute_now is None else list(self.minute_now),
+            "minute_max": [list(m) for m in self.minute_max],
+            "rise_log": [list(r) for r in self.rise_log],
+            "seasonal_skill": None if self.seasonal_skill is None else list(self.seasonal_skill),
+            "budget_burn": None if self.budget_burn is None else [self.budget_burn[0], self.budget_burn[1],
+                                                                  iso(self.budget_burn[2])],
         }
 
     def history_by_slot(self) -> dict[int, float]:
@@ -190,16 +199,22 @@ class Memory:
         return out
 
     def with_(self, **changes: Any) -> Memory:
-        # dataclasses.replace() re-validates every field; this runs at every tick of a 14-day replay.
+        # dataclasses.replace() re-validates every field; this runs several times at every tick of a
+        # 14-day replay: copy every field in one attrgetter call, then set the changed ones.
         new = object.__new__(Memory)
-        for name in _MEMORY_FIELDS:
-            object.__setattr__(new, name, changes.pop(name) if name in changes else getattr(self, name))
-        if changes:
-            raise TypeError(f"Memory has no field {next(iter(changes))!r}")
+        setter = object.__setattr__
+        for name, value in zip(_MEMORY_FIELDS, _ALL_FIELDS(self)):
+            setter(new, name, value)
+        for name, value in changes.items():
+            if name not in _FIELD_SET:
+                raise TypeError(f"Memory has no field {name!r}")
+            setter(new, name, value)
         return new
 
 
 _MEMORY_FIELDS = tuple(f.name for f in fields(Memory))
+_FIELD_SET = frozenset(_MEMORY_FIELDS)
+_ALL_FIELDS = attrgetter(*_MEMORY_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, field_validator, model_validator
 
 # Strict scalars: "2" is not a number and true is not 1 (an int is still a valid float).
 Int = Annotated[int, Strict()]
@@ -130,6 +130,14 @@ class Fleet(StrictModel):
 class Slo(StrictModel):
     ttft_target_s: PosFloat = Field(3.0, description="Time-to-first-token target (seconds).")
     ttft_percentile: Float = Field(99, gt=0, lt=100, description="The percentile that must meet the target.")
+    capacity_miss_budget_pct: Float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        description="Share of requests (%) that may miss the TTFT target because of capacity (queue wait "
+        "pushed them over, or a drain cut them): the error budget scale-downs spend. Misses burning "
+        "faster than this make scale-downs more careful; an unspent budget makes them bolder.",
+    )
 
 
 # ------------------------------------------------------------------------------------- scaling
@@ -183,6 +191,21 @@ class Scaling(StrictModel):
     )
     scale_up: ScaleUp = Field(default_factory=ScaleUp, description="When to add groups.")
     scale_down: ScaleDown = Field(default_factory=ScaleDown, description="When to remove a group.")
+
+    @model_validator(mode="after")
+    def _no_flapping(self) -> Scaling:
+        # After a scale-down the remaining groups run below scale_down.utilization_below; if that is
+        # at or above the scale-up point, constant demand between the two drains a group and adds it
+        # back (target 0.5, threshold 0.55: demand 6.3 on 3 groups of 6 drains to 2 at 0.525 < 0.55,
+        # then 0.525 > 0.5 adds the third back, every cooldown).
+        if self.scale_down.utilization_below >= self.target_utilization:
+            raise FieldError(
+                "scale_down.utilization_below",
+                f"{self.scale_down.utilization_below:g} is at or above scaling.target_utilization "
+                f"({self.target_utilization:g}): the scale-up point must be above the scale-down point, "
+                "or constant demand between them drains and re-adds a group (flapping)",
+            )
+        return self
 
 
 # ----------------------------------------------------------------------------------- schedules
@@ -245,6 +268,16 @@ class Schedules(StrictModel):
     windows: tuple[ScheduleWindow, ...] = Field((), description="Calendar windows that raise the floor or cap the ceiling.")
     freezes: tuple[Weekly, ...] = Field((), description="Windows in which nothing scales down.")
     pin: Pin | None = Field(None, description="A manual pin that expires by itself; overrides schedules.")
+    # The zone, resolved once when the policy loads (the core must not read zone files per decision).
+    _zone: ZoneInfo = PrivateAttr()
+
+    def model_post_init(self, context: object, /) -> None:
+        self._zone = ZoneInfo(self.timezone)
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The schedules' time zone, resolved when the policy was loaded."""
+        return self._zone
 
     @field_validator("timezone")
     @classmethod

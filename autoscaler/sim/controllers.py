@@ -90,7 +90,7 @@ class HpaController:
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
         fleet_p = self.policy.fleet
-        ready: list = []  # fleet.in_phase(Phase.READY), and STARTING, in one pass
+        ready: list = []  # the ready groups, and the starting ones counted, in one pass
         starting = 0
         for g in fleet.groups.values():
             if g.phase == Phase.READY:

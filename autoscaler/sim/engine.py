@@ -16,8 +16,12 @@ Equations (README, "The fleet model"):
 - controllers act every tick on signals one scrape old (running, queued, KV use, request rate and
   TTFT/queue-wait percentiles over ``signals.window_s``), as Prometheus would show them.
 
-The hot loop handles one request in a few microseconds: per group, a 6-entry heap of slot free
-times and a heap of in-system finish times; no per-request objects.
+Shape: ``simulate`` builds a ``_Replay`` and runs it. ``_Replay.run`` walks the arrivals; before
+each one the clock catches up (scrapes and controller ticks, ``_step_clock``), then the request is
+routed (``_route``), placed in a slot (``_place``) and its prefix remembered (``_remember``). A tick
+(``_tick``) shows the controller its delayed snapshot, applies its starts and drains, and settles
+the drains. ``_Group.settle`` is the one place that forgets finished requests. Per group: a 6-entry
+heap of slot free times and a heap of in-system finish times; no per-request objects.
 """
 
 from __future__ import annotations
@@ -26,9 +30,8 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -37,6 +40,8 @@ from autoscaler.policy.model import OnDrainTimeout, Policy
 from autoscaler.sim.traces import Trace
 
 BLOCK_TOKENS = 512  # Mooncake's hash_ids are 512-token blocks
+_STARTING = Phase.STARTING
+_heappush, _heapreplace = heapq.heappush, heapq.heapreplace
 
 
 class Controller(Protocol):
@@ -77,10 +82,12 @@ class _Group:
         self.state: GroupState | None = None  # the last GroupState handed to the controller
 
     def settle(self, now: float) -> None:
-        """Forget requests that finished by ``now``."""
+        """Forget requests that finished by ``now`` (the one place that does)."""
         inflight = self.inflight
-        while inflight and inflight[0][0] <= now:
-            self.ctx_tokens -= heapq.heappop(inflight)[1]
+        if inflight and inflight[0][0] <= now:
+            pop = heapq.heappop
+            while inflight and inflight[0][0] <= now:
+                self.ctx_tokens -= pop(inflight)[1]
 
 
 @dataclass
@@ -112,214 +119,300 @@ def simulate(
     seed: int = 0,
     progress: Callable[[float], None] | None = None,
 ) -> SimResult:
-    fleet_p, sim_p = policy.fleet, policy.simulation
-    prefill, decode = sim_p.prefill_tokens_per_s, sim_p.decode_tokens_per_s
-    slots_n = fleet_p.requests_per_group
-    names = fleet_p.group_names()
-    groups = [_Group(n, i, slots_n) for i, n in enumerate(names)]
-    by_name = {g.name: g for g in groups}
-    rng = np.random.default_rng(seed)
-    STARTING, READY, DRAINING, OFF = Phase.STARTING, Phase.READY, Phase.DRAINING, Phase.OFF
-    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
+    """Replay ``trace`` through the fleet model under ``controller``; see the module docstring."""
+    return _Replay(trace, policy, controller, seed).run(progress)
 
-    t_arr = trace.t_s.tolist()
-    inp = trace.input_tokens.tolist()
-    # Per request, without a cache hit: the same IEEE operations as (inp - 0) / prefill and
-    # out / decode on Python numbers (exact int -> float64 conversion), done once as arrays.
-    pre_np, dec_np = trace.input_tokens / prefill, trace.output_tokens / decode
-    pre_l, dec_l, svc_l = pre_np.tolist(), dec_np.tolist(), (pre_np + dec_np).tolist()
-    tok_l = (trace.input_tokens + trace.output_tokens).tolist()
-    n = len(t_arr)
-    span0, span1 = trace.span_s
-    t0 = span0
 
-    blocks = trace.prefix_blocks
-    sessions = trace.session.tolist() if blocks is None and bool((trace.session >= 0).any()) else None
-    cache_cap_blocks = max(1, sim_p.kv_cache_tokens // BLOCK_TOKENS)
-    cache_threshold = sim_p.cache_threshold
-    balance = sim_p.balance_abs_threshold
-    session_at: dict[int, tuple[int, int, int]] = {}  # session -> (group idx, epoch, tokens cached)
+class _LatencyWindow:
+    """First tokens within the signal window, and their percentiles (TTFT and queue wait).
 
-    ttft = np.zeros(n)
-    qwait = np.zeros(n)
-    cut = np.zeros(n, dtype=bool)
-    ttft_l = [0.0] * n
-    qwait_l = [0.0] * n
+    First tokens are pushed as requests are placed (their time is known then) and enter the window
+    when the clock passes them; the percentiles are recomputed only when the window changed."""
 
-    # Every schedule starts with the ceiling ready.
-    for g in groups[: fleet_p.ceiling_groups]:
-        g.phase, g.since, g.on_since = READY, t0 - 86400.0, t0
-    serving = [g for g in groups if g.phase is READY]
-    events: list[tuple[float, str, str]] = []
-    scale_ups = scale_downs = 0
+    def __init__(self, window_s: float, quantile: float):
+        self.window_s, self.quantile = window_s, quantile
+        self.pending: list[tuple[float, float, float]] = []  # heap of (first token time, ttft, queue wait)
+        self.t: deque[float] = deque()  # the window, in time order, as three parallel columns
+        self.ttft: deque[float] = deque()
+        self.wait: deque[float] = deque()
+        self.ttft_p: float | None = None
+        self.wait_p: float | None = None
+        self.valid = False
 
-    window = float(policy.signals.window_s)
-    pct = policy.slo.ttft_percentile / 100.0
-    first_tokens: list[tuple[float, float, float]] = []  # heap of (first token time, ttft, queue wait)
-    # First tokens within the signal window, in time order, as three parallel columns.
-    recent_t: deque[float] = deque()
-    recent_ttft: deque[float] = deque()
-    recent_wait: deque[float] = deque()
-    # Their percentiles, recomputed only when a first token entered or left the window.
-    ttft_p: float | None = None
-    queue_p: float | None = None
-    percentiles_valid = False
+    def advance(self, now: float) -> None:
+        pending = self.pending
+        if pending and pending[0][0] <= now:
+            while pending and pending[0][0] <= now:
+                ft, tt, qq = heapq.heappop(pending)
+                self.t.append(ft)
+                self.ttft.append(tt)
+                self.wait.append(qq)
+            self.valid = False
+        oldest = now - self.window_s
+        if self.t and self.t[0] <= oldest:
+            while self.t and self.t[0] <= oldest:
+                self.t.popleft()
+                self.ttft.popleft()
+                self.wait.popleft()
+            self.valid = False
 
-    period = controller.period_s
-    uses_signals = getattr(controller, "uses_signals", True)
-    track_latency = uses_signals and getattr(controller, "uses_latency_signals", True)
-    next_tick = t0
-    # The controller at tick T sees the fleet as Prometheus scraped it at T - scrape_interval_s:
-    # one scrape per tick, taken that long before it (the first tick sees the fleet as it is).
-    lag = sim_p.scrape_interval_s
-    next_scrape = t0 + period - lag
-    while next_scrape < t0:  # scrapes before the trace saw nothing: those ticks see the fleet as it is
-        next_scrape += period
-    scrapes: deque[SignalSnapshot] = deque()
-    next_ready = math.inf
-    tick_rows: list[tuple[float, float, int, int, int]] = []
-    drain_policy = policy.drain
-    cap = sim_p.kv_cache_tokens
-    idle = GroupSignals(running=0.0, queued=0.0, kv_usage=min(1.0, 0 / cap))
-    fleet_now: FleetState | None = None  # the last tick's, handed out again while no group changed
+    def percentiles(self) -> tuple[float | None, float | None]:
+        if not self.valid:
+            if self.t:
+                m = len(self.ttft)
+                k = min(m - 1, max(0, math.ceil(self.quantile * m) - 1))
+                self.ttft_p, self.wait_p = sorted(self.ttft)[k], sorted(self.wait)[k]
+            else:  # no first token in the window: no percentile, not a zero
+                self.ttft_p = self.wait_p = None
+            self.valid = True
+        return self.ttft_p, self.wait_p
 
-    def start_group(g: _Group, now: float) -> None:
-        nonlocal scale_ups, next_ready
-        if g.phase is DRAINING:  # back into service: cheapest capacity there is
-            g.phase, g.drain_deadline = READY, math.inf
-            serving.append(g)
-            serving.sort(key=lambda x: x.idx)
-            events.append((now, g.name, "return"))
+
+class _Replay:
+    """One replay: the fleet's groups, the clock of ticks and scrapes, and the per-request results.
+
+    ``run`` walks the arrivals in order. Before each arrival the clock catches up (``_catch_up``:
+    scrapes and controller ticks that are due, in time order); then the request is routed
+    (``_route``), placed in its group's earliest free slot (``_place``) and its prefix remembered
+    (``_remember``). After the last arrival the ticks run to the end of the span.
+    """
+
+    def __init__(self, trace: Trace, policy: Policy, controller: Controller, seed: int):
+        self.policy, self.controller = policy, controller
+        fleet_p, sim_p = policy.fleet, policy.simulation
+        self.sim_p = sim_p
+        self.prefill, self.decode = sim_p.prefill_tokens_per_s, sim_p.decode_tokens_per_s
+        self.slots_n = fleet_p.requests_per_group
+        self.groups = [_Group(n, i, self.slots_n) for i, n in enumerate(fleet_p.group_names())]
+        self.by_name = {g.name: g for g in self.groups}
+        self.rng = np.random.default_rng(seed)
+
+        self.t_arr = trace.t_s.tolist()
+        self.inp = trace.input_tokens.tolist()
+        # Per request, without a cache hit: the same IEEE operations as (inp - 0) / prefill and
+        # out / decode on Python numbers (exact int -> float64 conversion), done once as arrays.
+        pre_np, dec_np = trace.input_tokens / self.prefill, trace.output_tokens / self.decode
+        self.pre_l, self.dec_l, self.svc_l = pre_np.tolist(), dec_np.tolist(), (pre_np + dec_np).tolist()
+        self.tok_l = (trace.input_tokens + trace.output_tokens).tolist()
+        self.n = len(self.t_arr)
+        self.span0, self.span1 = trace.span_s
+
+        self.blocks = trace.prefix_blocks
+        self.sessions = (trace.session.tolist()
+                         if self.blocks is None and bool((trace.session >= 0).any()) else None)
+        self.cache_cap_blocks = max(1, sim_p.kv_cache_tokens // BLOCK_TOKENS)
+        self.session_at: dict[int, tuple[int, int, int]] = {}  # session -> (group idx, epoch, tokens cached)
+        self.balance, self.cache_threshold = sim_p.balance_abs_threshold, sim_p.cache_threshold
+
+        self.ttft_l = [0.0] * self.n
+        self.qwait_l = [0.0] * self.n
+        self.cut = np.zeros(self.n, dtype=bool)
+
+        # Every schedule starts with the ceiling ready.
+        for g in self.groups[: fleet_p.ceiling_groups]:
+            g.phase, g.since, g.on_since = Phase.READY, self.span0 - 86400.0, self.span0
+        self.serving = [g for g in self.groups if g.phase is Phase.READY]
+        self.events: list[tuple[float, str, str]] = []
+        self.scale_ups = self.scale_downs = 0
+
+        self.uses_signals = getattr(controller, "uses_signals", True)
+        self.track_latency = self.uses_signals and getattr(controller, "uses_latency_signals", True)
+        self.latency = _LatencyWindow(float(policy.signals.window_s), policy.slo.ttft_percentile / 100.0)
+
+        self.period = controller.period_s
+        self.next_tick = self.span0
+        # The controller at tick T sees the fleet as Prometheus scraped it at T - scrape_interval_s:
+        # one scrape per tick, taken that long before it (the first tick sees the fleet as it is).
+        self.lag = sim_p.scrape_interval_s
+        self.next_scrape = self.span0 + self.period - self.lag
+        while self.next_scrape < self.span0:  # scrapes before the trace saw nothing: those ticks see the fleet as it is
+            self.next_scrape += self.period
+        if not self.uses_signals:
+            self.next_scrape = math.inf  # no scrapes for a controller that reads no signals
+        self.scrapes: deque[SignalSnapshot] = deque()
+        self.next_ready = math.inf
+        self.tick_rows: list[tuple[float, float, int, int, int]] = []
+        self.cap_tokens = sim_p.kv_cache_tokens
+        self.idle = GroupSignals(running=0.0, queued=0.0, kv_usage=0.0)
+        self.fleet_now: FleetState | None = None  # the last tick's, handed out again while no group changed
+
+    # ------------------------------------------------------------------------------ the run
+    def run(self, progress: Callable[[float], None] | None) -> SimResult:
+        n = self.n
+        t_arr = self.t_arr
+        report_every = max(1, n // 100)
+        route, place, remember = self._route, self._place, self._remember  # bound once: 300,000 calls
+        remembers = self.blocks is not None or self.sessions is not None  # a trace with prefixes or sessions
+        for i in range(n):
+            a = t_arr[i]
+            if a >= self.next_tick or a >= self.next_scrape:
+                self._catch_up(a)
+            if a >= self.next_ready:
+                self._promote(a)
+            if progress is not None and i % report_every == 0:
+                progress(i / n)
+            group, cached = route(i, a)
+            place(i, a, group, cached)
+            if remembers:
+                remember(i, group)
+        while self.next_tick <= self.span1:
+            self._step_clock()
+        return self._result()
+
+    def _catch_up(self, a: float) -> None:
+        """Run the scrapes and ticks due before an arrival at ``a``."""
+        while a >= self.next_tick or (self.uses_signals and a >= self.next_scrape):
+            self._step_clock()
+
+    def _step_clock(self) -> None:
+        """The next scrape or tick, whichever comes first (at equal times the tick goes first)."""
+        if self.uses_signals and self.next_scrape < self.next_tick:
+            self.scrapes.append(self._snapshot(self.next_scrape))
+            self.next_scrape += self.period
+        else:
+            self._tick(self.next_tick)
+            self.next_tick += self.period
+
+    # -------------------------------------------------------------------- one request
+    def _route(self, i: int, a: float) -> tuple[_Group, int]:
+        """The group a request at ``a`` goes to, and how many of its input tokens are cached there.
+
+        The least-loaded serving group (the first of equals), unless the request's prefix (Mooncake
+        blocks) or session (CSV session ids) is cached on a serving group that is not more than
+        ``balance_abs_threshold`` busier."""
+        serving = self.serving
+        if not serving:  # no group serves (cannot happen with a floor >= 1 once ready): wait for the first
+            waiting = [g for g in self.groups if g.phase is Phase.STARTING]
+            return (min(waiting, key=lambda g: g.ready_at) if waiting else self.groups[0]), 0
+        least, fewest = None, self.n + 1
+        for g in serving:
+            inflight = g.inflight
+            if inflight and inflight[0][0] <= a:  # (most arrivals find nothing finished: no call)
+                g.settle(a)
+            k = len(inflight)
+            if k < fewest:
+                least, fewest = g, k
+        chosen: _Group = least  # type: ignore[assignment]
+        cached = 0
+        balance = self.balance
+        if self.blocks is not None:
+            req_blocks = self.blocks[i]
+            best, best_match = None, 0
+            for g in serving:
+                m = _prefix_match(g.cache, req_blocks)
+                if m > best_match:
+                    best, best_match = g, m
+            if best is not None and best_match * BLOCK_TOKENS > self.cache_threshold * self.inp[i] \
+                    and len(best.inflight) - fewest <= balance:
+                chosen = best
+            cached = min(_prefix_match(chosen.cache, req_blocks) * BLOCK_TOKENS, self.inp[i])
+        elif self.sessions is not None:
+            s = self.sessions[i]
+            if s >= 0:
+                prev = self.session_at.get(s)
+                if prev is not None:
+                    g = self.groups[prev[0]]
+                    if g.phase is Phase.READY and g.epoch == prev[1] and len(g.inflight) - fewest <= balance:
+                        chosen, cached = g, min(prev[2], self.inp[i])
+        return chosen, cached
+
+    def _place(self, i: int, a: float, g: _Group, cached: int) -> None:
+        """Hold the group's earliest free slot from the start of prefill to the last token."""
+        if cached:
+            pre = (self.inp[i] - cached) / self.prefill
+            svc = pre + self.dec_l[i]
+        else:
+            pre = self.pre_l[i]
+            svc = self.svc_l[i]
+        slots = g.slots
+        begin = slots[0]
+        if begin <= a:
+            begin = a
+        if g.phase is _STARTING and begin < g.ready_at:
+            begin = g.ready_at
+        finish = begin + svc
+        _heapreplace(slots, finish)
+        tokens = self.tok_l[i]
+        _heappush(g.inflight, (finish, tokens, i))
+        g.ctx_tokens += tokens
+        wait = begin - a
+        self.ttft_l[i] = wait + pre
+        self.qwait_l[i] = wait
+        if self.track_latency:
+            _heappush(self.latency.pending, (begin + pre, wait + pre, wait))
+
+    def _remember(self, i: int, g: _Group) -> None:
+        """The group now holds this request's prefix (LRU blocks) or its session's tokens."""
+        if self.blocks is not None:
+            c = g.cache
+            for b in self.blocks[i]:
+                if b in c:
+                    del c[b]
+                c[b] = None
+            while len(c) > self.cache_cap_blocks:
+                del c[next(iter(c))]
+            g.cache_tokens = len(c) * BLOCK_TOKENS
+        elif self.sessions is not None and self.sessions[i] >= 0:
+            self.session_at[self.sessions[i]] = (g.idx, g.epoch, self.tok_l[i])
+
+    # ----------------------------------------------------------------------- the groups
+    def _start_group(self, g: _Group, now: float) -> None:
+        if g.phase is Phase.DRAINING:  # back into service: cheapest capacity there is
+            self._return_to_service(g, now)
             return
-        if g.phase is not OFF:
+        if g.phase is not Phase.OFF:
             return
-        jitter = sim_p.startup_jitter_s
-        startup = sim_p.startup_s + (rng.uniform(-jitter, jitter) if jitter else 0.0)
-        g.phase, g.since, g.ready_at = STARTING, now, now + startup
+        jitter = self.sim_p.startup_jitter_s
+        startup = self.sim_p.startup_s + (self.rng.uniform(-jitter, jitter) if jitter else 0.0)
+        g.phase, g.since, g.ready_at = Phase.STARTING, now, now + startup
         g.epoch += 1
         g.cache, g.cache_tokens = {}, 0
         g.on_since = now
-        g.slots = [0.0] * slots_n
-        scale_ups += 1
-        next_ready = min(next_ready, g.ready_at)
-        events.append((now, g.name, "start"))
+        g.slots = [0.0] * self.slots_n
+        self.scale_ups += 1
+        self.next_ready = min(self.next_ready, g.ready_at)
+        self.events.append((now, g.name, "start"))
 
-    def promote(now: float) -> None:
-        nonlocal next_ready
-        for g in groups:
-            if g.phase is STARTING and g.ready_at <= now:
-                g.phase, g.since = READY, g.ready_at
-                serving.append(g)
-                serving.sort(key=lambda x: x.idx)
-                controller.on_ready(g.name, g.ready_at - g.on_since)  # type: ignore[operator]
-                events.append((g.ready_at, g.name, "ready"))
-        next_ready = min((g.ready_at for g in groups if g.phase is STARTING), default=math.inf)
+    def _return_to_service(self, g: _Group, now: float) -> None:
+        g.phase, g.drain_deadline = Phase.READY, math.inf
+        self.serving.append(g)
+        self.serving.sort(key=lambda x: x.idx)
+        self.events.append((now, g.name, "return"))
 
-    def stop(g: _Group, at: float) -> None:
-        g.phase, g.since = OFF, at
+    def _promote(self, now: float) -> None:
+        """Starting groups whose start-up has passed become ready (at their ready time)."""
+        for g in self.groups:
+            if g.phase is Phase.STARTING and g.ready_at <= now:
+                g.phase, g.since = Phase.READY, g.ready_at
+                self.serving.append(g)
+                self.serving.sort(key=lambda x: x.idx)
+                self.controller.on_ready(g.name, g.ready_at - g.on_since)  # type: ignore[operator]
+                self.events.append((g.ready_at, g.name, "ready"))
+        self.next_ready = min((g.ready_at for g in self.groups if g.phase is Phase.STARTING), default=math.inf)
+
+    def _drain(self, g: _Group, now: float) -> None:
+        if g.phase is not Phase.READY:
+            return
+        g.phase, g.since, g.draining_since = Phase.DRAINING, now, now
+        g.drain_deadline = now + self.policy.drain.timeout_s
+        self.serving.remove(g)
+        self.scale_downs += 1
+        self.events.append((now, g.name, "drain"))
+
+    def _stop(self, g: _Group, at: float) -> None:
+        g.phase, g.since = Phase.OFF, at
         g.up.append((g.on_since, at))  # type: ignore[arg-type]
         g.on_since = None
         g.drain_deadline = math.inf
-        events.append((at, g.name, "stop"))
+        self.events.append((at, g.name, "stop"))
 
-    def snapshot(now: float) -> SignalSnapshot:
-        nonlocal ttft_p, queue_p, percentiles_valid
-        if first_tokens and first_tokens[0][0] <= now:
-            while first_tokens and first_tokens[0][0] <= now:
-                ft, tt, qq = heappop(first_tokens)
-                recent_t.append(ft)
-                recent_ttft.append(tt)
-                recent_wait.append(qq)
-            percentiles_valid = False
-        oldest = now - window
-        if recent_t and recent_t[0] <= oldest:
-            while recent_t and recent_t[0] <= oldest:
-                recent_t.popleft()
-                recent_ttft.popleft()
-                recent_wait.popleft()
-            percentiles_valid = False
-        per: dict[str, GroupSignals] = {}
-        running_total = queued_total = 0.0
-        for g in serving:
-            inflight = g.inflight
-            while inflight and inflight[0][0] <= now:
-                g.ctx_tokens -= heappop(inflight)[1]
-            k = len(inflight)
-            tokens = g.cache_tokens + g.ctx_tokens
-            if k == 0 and tokens == 0:
-                per[g.name] = idle
-                continue
-            running = float(min(k, slots_n))
-            queued = float(k - running)
-            per[g.name] = GroupSignals(running=running, queued=queued, kv_usage=min(1.0, tokens / cap))
-            running_total += running
-            queued_total += queued
-        if track_latency and not percentiles_valid:  # (without latency tracking they stay None)
-            if recent_t:
-                m = len(recent_ttft)
-                k = min(m - 1, max(0, math.ceil(pct * m) - 1))
-                ttft_p, queue_p = sorted(recent_ttft)[k], sorted(recent_wait)[k]
-            else:  # no first token in the window: no percentile, not a zero
-                ttft_p = queue_p = None
-            percentiles_valid = True
-        arrivals = bisect_left(t_arr, now) - bisect_left(t_arr, oldest)
-        fleet = GroupSignals(running=running_total, queued=queued_total, request_rate=arrivals / window,
-                             ttft_p99_s=ttft_p, queue_wait_p99_s=queue_p)
-        return SignalSnapshot(now, per, fleet, ())
-
-    def demand_only(now: float) -> float:
-        """running + queued over the serving groups, as snapshot() adds them up, for the tick rows."""
-        running_total = queued_total = 0.0
-        for g in serving:
-            inflight = g.inflight
-            while inflight and inflight[0][0] <= now:
-                g.ctx_tokens -= heappop(inflight)[1]
-            k = len(inflight)
-            running = float(min(k, slots_n))
-            running_total += running
-            queued_total += float(k - running)
-        return running_total + queued_total
-
-    def fleet_state() -> FleetState:
-        # GroupState and FleetState are frozen: the same values may be handed out again.
-        nonlocal fleet_now
-        changed = fleet_now is None
-        for g in groups:
-            st = g.state
-            if st is None or st.phase is not g.phase or st.since != g.since:
-                g.state = GroupState(g.name, g.phase, g.since)
-                changed = True
-        if changed or fleet_now is None:
-            fleet_now = FleetState({g.name: g.state for g in groups if g.state is not None})  # every one is set above
-        return fleet_now
-
-    def do_tick(now: float) -> None:
-        nonlocal scale_downs
-        if now >= next_ready:
-            promote(now)
-        seen = None
-        if uses_signals:
-            due = now - lag + 1e-9
-            while len(scrapes) > 1 and scrapes[1].at <= due:
-                scrapes.popleft()
-            seen = scrapes[0] if scrapes and scrapes[0].at <= due else snapshot(now)
-        demand = demand_only(now)
-        starts, drains = controller.tick(now, seen, fleet_state())  # type: ignore[arg-type]
-        for name in starts:
-            start_group(by_name[name], now)
-        for name in drains:
-            g = by_name[name]
-            if g.phase is READY:
-                g.phase, g.since, g.draining_since = DRAINING, now, now
-                g.drain_deadline = now + drain_policy.timeout_s
-                serving.remove(g)
-                scale_downs += 1
-                events.append((now, g.name, "drain"))
-        # Drains: stop when empty (after the controller had its chance to take the group back).
+    def _settle_drains(self, now: float) -> tuple[int, int]:
+        """Stop the draining groups that emptied; at a drain's deadline, cut what is left (or keep
+        the group serving, per ``drain.on_timeout``). -> (starting, still draining) counts."""
         starting = draining = 0
-        for g in groups:
-            if g.phase is not DRAINING:
-                if g.phase is STARTING:
+        for g in self.groups:
+            if g.phase is not Phase.DRAINING:
+                if g.phase is Phase.STARTING:
                     starting += 1
                 continue
             deadline = g.drain_deadline
@@ -327,153 +420,124 @@ def simulate(
             # up to the deadline, since the tick may come after it.
             g.settle(min(now, deadline))
             if not g.inflight:
-                stop(g, now)
+                self._stop(g, now)
             elif now >= deadline:
-                if drain_policy.on_timeout is OnDrainTimeout.STOP:
+                if self.policy.drain.on_timeout is OnDrainTimeout.STOP:
                     for _, _, idx in g.inflight:
-                        cut[idx] = True
+                        self.cut[idx] = True
                     g.inflight, g.ctx_tokens = [], 0
-                    stop(g, deadline)
+                    self._stop(g, deadline)
                 else:
-                    g.phase, g.drain_deadline = READY, math.inf
-                    serving.append(g)
-                    serving.sort(key=lambda x: x.idx)
-                    events.append((now, g.name, "return"))
+                    self._return_to_service(g, now)
             else:
                 draining += 1
-        tick_rows.append((now, demand, len(serving), starting, draining))
+        return starting, draining
 
-    report_every = max(1, n // 100)
-    for i in range(n):
-        a = t_arr[i]
-        while a >= next_tick or (uses_signals and a >= next_scrape):
-            if uses_signals and next_scrape < next_tick:  # at equal times the tick goes first
-                scrapes.append(snapshot(next_scrape))
-                next_scrape += period
-            else:
-                do_tick(next_tick)
-                next_tick += period
-        if a >= next_ready:
-            promote(a)
-        if progress is not None and i % report_every == 0:
-            progress(i / n)
+    # ---------------------------------------------------------------- ticks and signals
+    def _tick(self, now: float) -> None:
+        if now >= self.next_ready:
+            self._promote(now)
+        seen = None
+        if self.uses_signals:
+            due = now - self.lag + 1e-9
+            scrapes = self.scrapes
+            while len(scrapes) > 1 and scrapes[1].at <= due:
+                scrapes.popleft()
+            seen = scrapes[0] if scrapes and scrapes[0].at <= due else self._snapshot(now)
+        demand = self._demand(now)
+        starts, drains = self.controller.tick(now, seen, self._fleet_state())  # type: ignore[arg-type]
+        for name in starts:
+            self._start_group(self.by_name[name], now)
+        for name in drains:
+            self._drain(self.by_name[name], now)
+        # Drains stop when empty, after the controller had its chance to take the group back.
+        starting, draining = self._settle_drains(now)
+        self.tick_rows.append((now, demand, len(self.serving), starting, draining))
 
-        cached = 0
-        if not serving:  # no group serves (cannot happen with a floor >= 1 once ready): wait for the first
-            waiting = [g for g in groups if g.phase is STARTING]
-            chosen = min(waiting, key=lambda g: g.ready_at) if waiting else groups[0]
+    def _load(self, g: _Group, now: float) -> tuple[float, float]:
+        """(running, queued) of a serving group at ``now``."""
+        g.settle(now)
+        k = len(g.inflight)
+        running = float(min(k, self.slots_n))
+        return running, float(k - running)
+
+    def _demand(self, now: float) -> float:
+        """running + queued over the serving groups, as the snapshot adds them up, for the tick rows."""
+        running_total = queued_total = 0.0
+        for g in self.serving:
+            running, queued = self._load(g, now)
+            running_total += running
+            queued_total += queued
+        return running_total + queued_total
+
+    def _snapshot(self, now: float) -> SignalSnapshot:
+        latency = self.latency
+        latency.advance(now)
+        per: dict[str, GroupSignals] = {}
+        running_total = queued_total = 0.0
+        for g in self.serving:
+            running, queued = self._load(g, now)
+            tokens = g.cache_tokens + g.ctx_tokens
+            if running + queued == 0 and tokens == 0:
+                per[g.name] = self.idle
+                continue
+            per[g.name] = GroupSignals(running=running, queued=queued, kv_usage=min(1.0, tokens / self.cap_tokens))
+            running_total += running
+            queued_total += queued
+        ttft_p = queue_p = None
+        if self.track_latency:  # (without latency tracking they stay None)
+            ttft_p, queue_p = latency.percentiles()
+        arrivals = bisect_left(self.t_arr, now) - bisect_left(self.t_arr, now - latency.window_s)
+        fleet = GroupSignals(running=running_total, queued=queued_total, request_rate=arrivals / latency.window_s,
+                             ttft_p99_s=ttft_p, queue_wait_p99_s=queue_p)
+        return SignalSnapshot(now, per, fleet, ())
+
+    def _fleet_state(self) -> FleetState:
+        # GroupState and FleetState are frozen: the same values may be handed out again.
+        changed = self.fleet_now is None
+        for g in self.groups:
+            st = g.state
+            if st is None or st.phase is not g.phase or st.since != g.since:
+                g.state = GroupState(g.name, g.phase, g.since)
+                changed = True
+        if changed:
+            self.fleet_now = FleetState({g.name: g.state for g in self.groups})
+        return self.fleet_now  # type: ignore[return-value]
+
+    # -------------------------------------------------------------------------- results
+    def _result(self) -> SimResult:
+        intervals: dict[str, list[tuple[float, float]]] = {}
+        for g in self.groups:
+            ups = list(g.up)
+            if g.on_since is not None:
+                ups.append((g.on_since, self.span1))
+            clipped = [(max(s, self.span0), min(e, self.span1)) for s, e in ups]
+            intervals[g.name] = [(s, e) for s, e in clipped if e > s]
+        rows = np.array(self.tick_rows, dtype=float).reshape(-1, 5)
+        return SimResult(
+            ttft_s=np.array(self.ttft_l, dtype=float),
+            queue_s=np.array(self.qwait_l, dtype=float),
+            cut=self.cut,
+            group_intervals=intervals,
+            span_s=(self.span0, self.span1),
+            scale_ups=self.scale_ups,
+            scale_downs=self.scale_downs,
+            requests_cut_by_drain=int(self.cut.sum()),
+            tick_t=rows[:, 0],
+            tick_demand=rows[:, 1],
+            tick_ready=rows[:, 2].astype(int),
+            tick_starting=rows[:, 3].astype(int),
+            tick_draining=rows[:, 4].astype(int),
+            events=self.events,
+        )
+
+
+def _prefix_match(cache: dict[int, None], blocks) -> int:
+    """How many of a request's leading prefix blocks the cache holds."""
+    m = 0
+    for b in blocks:
+        if b in cache:
+            m += 1
         else:
-            # Forget finished requests and take the least-loaded group (the first of equals, as min()).
-            least: _Group | None = None
-            fewest = n + 1
-            for g in serving:
-                inflight = g.inflight
-                while inflight and inflight[0][0] <= a:
-                    g.ctx_tokens -= heappop(inflight)[1]
-                if len(inflight) < fewest:
-                    least, fewest = g, len(inflight)
-            assert least is not None  # serving is not empty
-            chosen = least
-            if blocks is not None:
-                req_blocks = blocks[i]
-                best, best_match = None, 0
-                for g in serving:
-                    c = g.cache
-                    m = 0
-                    for b in req_blocks:
-                        if b in c:
-                            m += 1
-                        else:
-                            break
-                    if m > best_match:
-                        best, best_match = g, m
-                if best is not None and best_match * BLOCK_TOKENS > cache_threshold * inp[i] \
-                        and len(best.inflight) - fewest <= balance:
-                    chosen = best
-                c = chosen.cache
-                for b in req_blocks:
-                    if b in c:
-                        cached += 1
-                    else:
-                        break
-                cached = min(cached * BLOCK_TOKENS, inp[i])
-            elif sessions is not None:
-                s = sessions[i]
-                if s >= 0:
-                    prev = session_at.get(s)
-                    if prev is not None:
-                        g = groups[prev[0]]
-                        if g.phase is READY and g.epoch == prev[1] and len(g.inflight) - fewest <= balance:
-                            chosen, cached = g, min(prev[2], inp[i])
-
-        if cached:
-            pre = (inp[i] - cached) / prefill
-            svc = pre + dec_l[i]
-        else:
-            pre = pre_l[i]
-            svc = svc_l[i]
-        slots = chosen.slots
-        begin = slots[0]
-        if begin <= a:
-            begin = a
-        if chosen.phase is STARTING and begin < chosen.ready_at:
-            begin = chosen.ready_at
-        finish = begin + svc
-        heapreplace(slots, finish)
-        tokens = tok_l[i]
-        heappush(chosen.inflight, (finish, tokens, i))
-        chosen.ctx_tokens += tokens
-        wait = begin - a
-        ttft_l[i] = wait + pre
-        qwait_l[i] = wait
-        if track_latency:
-            heappush(first_tokens, (begin + pre, wait + pre, wait))
-
-        # The group now holds this request's prefix.
-        if blocks is not None:
-            c = chosen.cache
-            for b in blocks[i]:
-                if b in c:
-                    del c[b]
-                c[b] = None
-            while len(c) > cache_cap_blocks:
-                del c[next(iter(c))]
-            chosen.cache_tokens = len(c) * BLOCK_TOKENS
-        elif sessions is not None and sessions[i] >= 0:
-            session_at[sessions[i]] = (chosen.idx, chosen.epoch, tokens)
-
-    while next_tick <= span1:
-        if uses_signals and next_scrape < next_tick:
-            scrapes.append(snapshot(next_scrape))
-            next_scrape += period
-        else:
-            do_tick(next_tick)
-            next_tick += period
-
-    intervals: dict[str, list[tuple[float, float]]] = {}
-    for g in groups:
-        ups = list(g.up)
-        if g.on_since is not None:
-            ups.append((g.on_since, span1))
-        clipped = [(max(s, span0), min(e, span1)) for s, e in ups]
-        intervals[g.name] = [(s, e) for s, e in clipped if e > s]
-
-    ttft[:] = ttft_l
-    qwait[:] = qwait_l
-    rows = np.array(tick_rows, dtype=float).reshape(-1, 5)
-    return SimResult(
-        ttft_s=ttft,
-        queue_s=qwait,
-        cut=cut,
-        group_intervals=intervals,
-        span_s=(span0, span1),
-        scale_ups=scale_ups,
-        scale_downs=scale_downs,
-        requests_cut_by_drain=int(cut.sum()),
-        tick_t=rows[:, 0],
-        tick_demand=rows[:, 1],
-        tick_ready=rows[:, 2].astype(int),
-        tick_starting=rows[:, 3].astype(int),
-        tick_draining=rows[:, 4].astype(int),
-        events=events,
-    )
+            break
+    return m

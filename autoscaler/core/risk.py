@@ -1,0 +1,299 @@
+"""The measured risk of a scale-down, and the SLO error budget that sets how much risk to take.
+
+The question a scale-down asks: what is the chance that demand within one lead time (the measured
+start-up plus a tick: how long a group takes to come back) exceeds what the remaining groups
+carry? It is estimated from the fleet's own history, with two sources:
+
+- **recent rises** (regime shifts): for every closed minute of the last ``RECENT_MINUTES``, how far
+  demand (the minute's mean) rose from that minute to the busiest minute within one lead time after it,
+  normalised by sqrt(level + 1) so that moments at other levels compare (a Poisson-like spread: a
+  rise of 3 from level 8 is z = 3 / sqrt(9) = 1.0, i.e. a rise of 2 from level 3).
+  P_recent = the share of those moments whose rise, applied to today's level, would exceed the
+  remaining capacity.
+- **the same time of day on earlier days**: for each of ``forecast.seasonal_days``, that day's
+  growth from its level just before this time of day to its busiest 5-minute slot within the lead
+  time, applied to today's level. P_seasonal = the share of days that would exceed (with one
+  pseudo-day at P_recent).
+
+The seasonal share earns its weight by how well it predicted recently: at every slot that closes,
+the seasonal prediction for it and the persistence prediction made one lead time before it are
+compared to what came; their mean absolute errors (exponentially weighted, ``SKILL_HALF_LIFE_SLOTS``) give
+weight = e_persistence / (e_persistence + e_seasonal). No measured skill means weight 0: the
+seasonal forecast is not trusted by default.
+
+P = (1 - weight) x P_recent + weight x P_seasonal.
+
+**The error budget** (``slo.capacity_miss_budget_pct``). Each tick the core estimates the requests
+that missed because of capacity from its signals: the arrivals over the tick (request rate x tick),
+times the share of requests in the system that were queued (queued / (running + queued)), when the
+queue wait at the SLO percentile was above ``scale_up.slo_burn_min_queue_wait_s`` and fewer groups
+than the ceiling were active (at the ceiling, misses are not the scaling's doing). Burn = that
+share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget. A scale-down
+may take risk up to budget x min(4, max(1/4, 1 / burn)): a budget burning twice as fast as allowed
+halves the risk it may take; an unspent one allows 4 times the budget.
+
+Everything here is a pure function of (memory, policy, numbers); the memory holds only tuples and
+floats, so it serialises to JSON (Memory.to_dict) and back (adapters.snapshot_file).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right, insort
+from dataclasses import dataclass
+
+from autoscaler.core.types import Memory
+from autoscaler.policy.model import Policy
+
+MINUTE_S = 60
+SLOT_S = 300
+DAY_S = 86400
+RECENT_MINUTES = 360  # six hours of recent rises
+# The cold-start prior of a rise within one lead time, in units of sqrt(level + 1): normal with this
+# mean and spread (a load at level 8 is expected to reach 8 + 0.5 x 3 = 9.5 and exceeds
+# 8 + 2 x 3 = 14 with 2.3% chance: (2 - 0.5) / 0.75 = 2 sd), until PRIOR_RISES minutes are measured.
+PRIOR_Z_MEAN = 0.5
+PRIOR_Z_SD = 0.75
+PRIOR_RISES = 30
+SKILL_HALF_LIFE_SLOTS = 288.0  # one day of 5-minute slots
+BURN_HALF_LIFE_S = 6 * 3600.0
+MAX_BOLDNESS = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class Risk:
+    probability: float  # P(demand within the lead time > capacity)
+    p_recent: float
+    p_seasonal: float | None
+    seasonal_weight: float
+    samples: int  # measured recent rises the estimate stands on (besides the prior)
+    seasonal_days: int
+
+    def to_dict(self) -> dict:
+        return {"probability": round(self.probability, 5), "p_recent": round(self.p_recent, 5),
+                "p_seasonal": None if self.p_seasonal is None else round(self.p_seasonal, 5),
+                "seasonal_weight": round(self.seasonal_weight, 4), "rise_samples": self.samples,
+                "seasonal_days_used": self.seasonal_days}
+
+
+def lead_minutes(lead_s: float) -> int:
+    """Whole minutes that cover one lead time: 615 s -> 11."""
+    return max(1, math.ceil(lead_s / MINUTE_S - 1e-9))
+
+
+def _z(rise: float, level: float) -> float:
+    return rise / math.sqrt(level + 1.0)
+
+
+def record_minute(memory: Memory, now: float, demand: float, lead_s: float) -> Memory:
+    """Memory with one demand sample folded into the per-minute means (``minute_changes``)."""
+    changes = minute_changes(memory, now, demand, lead_s)
+    return memory.with_(**changes) if changes else memory
+
+
+def minute_changes(memory: Memory, now: float, demand: float, lead_s: float) -> dict:
+    """Fold one demand sample into the per-minute means; when a minute closes, the minute one lead
+    time before it now has its measured rise, which joins the recent rises.
+
+    Means, not maxima: a one-tick spike above capacity queues requests for seconds, which the TTFT
+    target absorbs; a minute whose mean is above capacity is the overload that costs misses.
+    """
+    minute = int(now // MINUTE_S)
+    cur = memory.minute_now
+    if cur is None or cur[0] == minute:
+        total, count = (0.0, 0) if cur is None else (cur[1], cur[2])
+        return {"minute_now": (minute, total + demand, count + 1)}
+    ell = lead_minutes(lead_s)
+    closed = memory.minute_max + ((cur[0], cur[1] / cur[2]),)
+    # Keep enough closed minutes to measure the next rises: the last ``ell + 1``.
+    keep_from = cur[0] - ell
+    drop = 0
+    while drop < len(closed) and closed[drop][0] < keep_from:
+        drop += 1
+    closed = closed[drop:]
+    log, ordered = memory.rise_log, memory.rises_sorted
+    k = cur[0] - ell  # the minute whose lead time just completed
+    base = next((m for i, m in closed if i == k), None)
+    if base is not None:
+        ahead = [m for i, m in closed if k < i <= cur[0]]
+        if ahead:
+            z = _z(max(ahead) - base, base)
+            log = log + ((k, z),)
+            ordered = list(ordered)
+            insort(ordered, z)
+            cut = 0
+            while cut < len(log) and log[cut][0] <= k - RECENT_MINUTES:
+                cut += 1
+            for _, old in log[:cut]:
+                del ordered[bisect_right(ordered, old) - 1]
+            log = log[cut:]
+            ordered = tuple(ordered)
+    return {"minute_now": (minute, demand, 1), "minute_max": closed, "rise_log": log, "rises_sorted": ordered}
+
+
+def level_now(memory: Memory) -> float | None:
+    """Today's level, the way rises are measured from: the mean demand of the last closed minute,
+    or of this one so far when that is higher."""
+    cur = memory.minute_now
+    if cur is None:
+        return None
+    last = memory.minute_max[-1][1] if memory.minute_max and memory.minute_max[-1][0] == cur[0] - 1 else 0.0
+    return max(cur[1] / cur[2], last)
+
+
+def _slot_level(by_slot, slot: int) -> float | None:
+    """A day's level just before a slot: the busier of the two slots before it."""
+    vals = [by_slot[s] for s in (slot - 1, slot) if s in by_slot]
+    return max(vals) if vals else None
+
+
+def seasonal_peaks_memo(memory: Memory, policy: Policy, now: float, lead_s: float) -> Memory:
+    """Memory whose ``seasonal_peaks_memo`` holds ``seasonal_peaks`` for this slot and lead time."""
+    key = (int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S)))
+    memo = memory.seasonal_peaks_memo
+    if memo is not None and memo[:2] == key:
+        return memory
+    return memory.with_(seasonal_peaks_memo=(*key, tuple(_seasonal_peaks(memory, policy, now, lead_s))))
+
+
+def seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> list[tuple[float, float]] | tuple:
+    """Per earlier day with data: (its level just before this time of day, its busiest slot within
+    the lead time after it)."""
+    memo = memory.seasonal_peaks_memo
+    if memo is not None and memo[:2] == (int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S))):
+        return memo[2]
+    return _seasonal_peaks(memory, policy, now, lead_s)
+
+
+def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> list[tuple[float, float]]:
+    by_slot = memory.demand_by_slot
+    days = policy.forecast.seasonal_days
+    if not by_slot or days == 0:
+        return []
+    ahead = max(1, math.ceil(lead_s / SLOT_S))
+    out = []
+    for day in range(1, days + 1):
+        then = int((now - day * DAY_S) // SLOT_S)
+        level = _slot_level(by_slot, then)
+        peaks = [by_slot[s] for s in range(then + 1, then + ahead + 1) if s in by_slot]
+        if level is not None and peaks:
+            out.append((level, max(peaks)))
+    return out
+
+
+def seasonal_weight(memory: Memory) -> float:
+    skill = memory.seasonal_skill
+    if skill is None:
+        return 0.0
+    err_seasonal, err_persist = skill
+    if err_seasonal + err_persist <= 0:
+        return 0.5
+    return err_persist / (err_seasonal + err_persist)
+
+
+def update_skill(memory: Memory, policy: Policy, finished_slot: int, value: float, lead_s: float = SLOT_S) -> Memory:
+    """At a slot's end, score the two predictions one lead time before it (the horizon decisions
+    use): persistence (the slot then) and the seasonal one (the median over earlier days of that
+    slot, scaled by the level then against that day's); mean absolute errors, exponentially weighted.
+    E.g. lead 615 s = 3 slots: slot 100 ended at 9; slot 97 was 4 (persistence error 5); a day
+    earlier slots 97 and 100 were 5 and 10: 10 x (4 + 1) / (5 + 1) = 8.3 (seasonal error 0.7)."""
+    by_slot = memory.demand_by_slot
+    ahead = max(1, math.ceil(lead_s / SLOT_S - 1e-9))
+    then = finished_slot - ahead
+    prev = by_slot.get(then)
+    if prev is None or policy.forecast.seasonal_days == 0:
+        return memory
+    preds = []
+    for day in range(1, policy.forecast.seasonal_days + 1):
+        back = day * (DAY_S // SLOT_S)
+        if finished_slot - back in by_slot and then - back in by_slot:
+            preds.append(by_slot[finished_slot - back] * (prev + 1.0) / (by_slot[then - back] + 1.0))
+    if not preds:
+        return memory
+    preds.sort()
+    seasonal = preds[len(preds) // 2]
+    a = 1.0 - 0.5 ** (1.0 / SKILL_HALF_LIFE_SLOTS)
+    es, ep = memory.seasonal_skill or (abs(seasonal - value), abs(prev - value))
+    es = (1 - a) * es + a * abs(seasonal - value)
+    ep = (1 - a) * ep + a * abs(prev - value)
+    return memory.with_(seasonal_skill=(es, ep))
+
+
+def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: float, lead_s: float) -> Risk | None:
+    """P(demand within one lead time > ``capacity``), or None before the first demand sample."""
+    ordered = memory.rises_sorted
+    level = level_now(memory)
+    if level is None:
+        return None
+    # exceeds when level + z x sqrt(level + 1) > capacity, i.e. z > (capacity - level) / sqrt(level + 1)
+    z_at = (capacity - level) / math.sqrt(level + 1.0)
+    # Cold start: a fresh controller decides on the prior alone; the fleet's own measured rises take
+    # over minute by minute and alone once there are PRIOR_RISES of them (10 measured: 1/3 measured,
+    # 2/3 prior).
+    n = len(ordered)
+    measured = (n - bisect_right(ordered, z_at)) / n if n else 0.0
+    if n >= PRIOR_RISES:
+        p_recent = measured
+    else:
+        prior = 0.5 * math.erfc((z_at - PRIOR_Z_MEAN) / (PRIOR_Z_SD * math.sqrt(2.0)))
+        p_recent = (n * measured + (PRIOR_RISES - n) * prior) / PRIOR_RISES
+    days = seasonal_peaks(memory, policy, now, lead_s) if policy.forecast.enabled else []
+    weight = seasonal_weight(memory) if days else 0.0
+    p_seasonal = None
+    if days:
+        # Each day's growth from its level to its busiest slot (both 5-minute maxima), applied to
+        # today's level: day level 4, peak 9, today 3 -> (3 + 1) x (9 + 1) / (4 + 1) - 1 = 7.
+        # Counted with one pseudo-day at the recent estimate, so that one day of seven is not 14%.
+        over = sum((level + 1.0) * (peak + 1.0) / (lvl + 1.0) - 1.0 > capacity for lvl, peak in days)
+        p_seasonal = (over + p_recent) / (len(days) + 1)
+    p = (1 - weight) * p_recent + weight * (p_seasonal or 0.0)
+    return Risk(p, p_recent, p_seasonal, weight, len(ordered), len(days))
+
+
+def record_burn(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, running: float,
+                queued: float, queue_wait_s: float | None, below_ceiling: bool = True) -> Memory:
+    """Memory with this tick's capacity misses and arrivals folded into the burn (``burn_changes``)."""
+    changes = burn_changes(memory, policy, now, arrivals_per_s, running, queued, queue_wait_s, below_ceiling)
+    return memory.with_(**changes) if changes else memory
+
+
+def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, running: float,
+                 queued: float, queue_wait_s: float | None, below_ceiling: bool = True) -> dict:
+    """Fold this tick's estimated capacity misses and arrivals into the budget's burn.
+
+    Misses while every group the ceiling allows is active are not the scaling's doing (no decision
+    could have added a group): the budget counts the misses scaling caused."""
+    if arrivals_per_s is None:
+        return {}
+    tick = policy.scaling.tick_interval_s
+    arrivals = arrivals_per_s * tick
+    demand = running + queued
+    slow = queue_wait_s > policy.scaling.scale_up.slo_burn_min_queue_wait_s if queue_wait_s is not None \
+        else queued > 0
+    misses = arrivals * queued / demand if (slow and demand > 0 and below_ceiling) else 0.0
+    prev = memory.budget_burn
+    if prev is None:
+        return {"budget_burn": (misses, arrivals, now)}
+    m, a, t = prev
+    decay = 0.5 ** (max(0.0, now - t) / BURN_HALF_LIFE_S)
+    if misses == 0 and arrivals == 0 and decay == 1.0:
+        return {}
+    return {"budget_burn": (m * decay + misses, a * decay + arrivals, now)}
+
+
+def burn_rate(memory: Memory, policy: Policy) -> float | None:
+    """Recent capacity misses as a multiple of the budget (1.0: spending exactly the budget)."""
+    b = memory.budget_burn
+    if b is None or b[1] <= 0:
+        return None
+    return (b[0] / b[1]) / (policy.slo.capacity_miss_budget_pct / 100.0)
+
+
+def allowed_risk(memory: Memory, policy: Policy) -> tuple[float, float | None]:
+    """(the exceedance probability a scale-down may take, the burn rate it was set from)."""
+    budget = policy.slo.capacity_miss_budget_pct / 100.0
+    burn = burn_rate(memory, policy)
+    if burn is None:
+        return budget, None
+    factor = MAX_BOLDNESS if burn <= 0 else min(MAX_BOLDNESS, max(1.0 / MAX_BOLDNESS, 1.0 / burn))
+    return budget * factor, burn

@@ -1,0 +1,33 @@
+"""Apply each of the twelve surviving core mutations of issue 11 in turn, run the test that must
+catch it, and restore the file: every line must say KILLED.
+
+    .venv/bin/python bench/core_mutations.py
+"""
+import subprocess, sys
+M = [
+ ("autoscaler/core/victim.py", "return (kv, load, -order)", "return (load, kv, -order)", "test_victim_key_is_kv_before_load"),
+ ("autoscaler/core/decide.py", "self.lead = lead_time_s(policy, memory)", 'self.lead = (policy.fleet.startup_expected_s, "fleet.startup_expected_s")', "test_decide_uses_the_measured_p95_lead_time"),
+ ("autoscaler/core/forecast.py", "max(0.0, level + slope * horizon)", "max(0.0, level + slope * horizon / 2)", "test_trend_projects_the_whole_horizon"),
+ ("autoscaler/core/decide.py", "queued / ready > up.queued_per_group_above", "queued / ready >= up.queued_per_group_above", "test_queue_trigger_is_strictly_above_the_limit"),
+ ("autoscaler/core/decide.py", "disruptions=t.memory.disruptions + tuple(t.now for n in names if n not in reclaimed)", "disruptions=t.memory.disruptions", "test_scale_ups_count_against_the_disruption_budget"),
+ ("autoscaler/core/bounds.py", "if w.floor_groups is not None and w.floor_groups > floor:", "if w.floor_groups is not None:", "test_overlapping_windows_take_the_highest_floor"),
+ ("autoscaler/core/decide.py", "fits = util_after < down.utilization_below", "fits = util_after <= down.utilization_below", "test_scale_down_threshold_is_strict"),
+ ("autoscaler/core/decide.py", "t.now - g.since >= down.min_group_uptime_s", "t.now - g.since > down.min_group_uptime_s", "test_min_uptime_is_inclusive"),
+ ("autoscaler/core/forecast.py", "[-MAX_STARTUP_SAMPLES:]", "", "test_startup_samples_keep_the_last_twenty"),
+ ("autoscaler/core/forecast.py", "while drop < len(samples) and samples[drop][0] <= cutoff:", "while False:", "test_trend_window_is_pruned"),
+ ("autoscaler/core/forecast.py", "by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])", "pass", "test_live_ticks_fold_into_the_seasonal_history"),
+ ("autoscaler/core/victim.py", 'kv = signals.kv_usage if signals.kv_usage is not None else float("inf")', "kv = signals.kv_usage if signals.kv_usage is not None else 0.0", "test_unknown_kv_is_drained_last"),
+]
+bad = 0
+for path, old, new, test in M:
+    src = open(path).read()
+    assert src.count(old) == 1, (path, old)
+    open(path, "w").write(src.replace(old, new))
+    try:
+        r = subprocess.run([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/test_core_mutations.py::{test}"], capture_output=True, text=True)
+    finally:
+        open(path, "w").write(src)
+    killed = r.returncode != 0
+    bad += not killed
+    print("KILLED " if killed else "SURVIVED", test)
+sys.exit(bad)

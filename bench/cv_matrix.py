@@ -1,0 +1,217 @@
+"""Cross-validation of the default policy on the five shared traces (issue 11).
+
+    nice -n 10 .venv/bin/python bench/cv_matrix.py [--policy policies/default.yaml]
+        [--grid "scaling.scale_down.stabilization_s=120,300" --grid "slo.capacity_miss_budget_pct=0.5,1"]
+        [--traces DIR] [--seeds 0,1,2] [--pu 0.35,0.5,0.7] [--workers 2] [--cache FILE] [--json FILE]
+
+Every cell is one trace at one seed and one peak utilisation; its three targets (INTERFACES.md):
+SLO attainment >= always-on's - 0.5 pp, node-hours <= 1.10 x the oracle's, not dominated by the HPA
+sweep. The references (always-on, HPA 0.5-0.9, oracle) do not depend on the scaling knobs swept
+here, so they are replayed once per cell and kept in ``--cache`` (JSON); only ours is replayed per
+candidate.
+
+Candidates: the policy file, and with ``--grid`` every combination of the listed values (dotted
+field paths into the policy). Leave-one-trace-out: for each trace in turn, the candidate that meets
+the targets in the most cells of the other four traces (ties: the lower mean node-hours / oracle)
+is checked on the fifth (out-of-sample). The candidate chosen on all five is the in-sample one. A
+Markdown matrix of both goes to stdout; every number to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import multiprocessing as mp
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from autoscaler.policy.model import Policy  # noqa: E402
+from autoscaler.sim.backtest import HPA_TARGETS, backtest, prepare_trace, verdict  # noqa: E402
+
+TRACE_NAMES = ("azure-2023-conv", "mooncake-fast25-conversation", "servegen-m-small", "servegen-m-mid",
+               "servegen-mm-image")
+SHORT = {"azure-2023-conv": "azure-conv", "mooncake-fast25-conversation": "mooncake",
+         "servegen-m-small": "m-small", "servegen-m-mid": "m-mid", "servegen-mm-image": "mm-image"}
+
+
+def trace_path(root: Path, name: str) -> str:
+    d = root / name
+    files = [p for p in d.iterdir() if p.suffix in (".csv", ".jsonl")]
+    if name.startswith("servegen") or len(files) != 1:
+        return str(d)
+    return str(files[0])
+
+
+def set_path(data: dict, dotted: str, value: Any) -> None:
+    node = data
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+
+
+def candidates(base: dict, grid: list[str]) -> list[tuple[str, dict]]:
+    axes = []
+    for g in grid:
+        key, values = g.split("=", 1)
+        axes.append([(key, yaml.safe_load(v)) for v in values.split(",")])
+    out = []
+    for combo in itertools.product(*axes) if axes else [()]:
+        data = copy.deepcopy(base)
+        for key, value in combo:
+            set_path(data, key, value)
+        Policy.model_validate(data)  # reject a bad grid before any replay
+        out.append((", ".join(f"{k}={v}" for k, v in combo) or "policy file", data))
+    return out
+
+
+_traces: dict[tuple[str, int, float], Any] = {}
+
+
+def _prepared(path: str, policy: Policy, seed: int, pu: float):
+    key = (path, seed, pu)
+    if key not in _traces:
+        if len(_traces) > 2:
+            _traces.clear()
+        _traces[key] = prepare_trace(path, "auto", policy, pu, seed)
+    return _traces[key]
+
+
+def run_cell(job: tuple) -> dict[str, Any]:
+    cand_i, data, path, trace, seed, pu, need_refs = job
+    policy = Policy.model_validate(data)
+    started = time.perf_counter()
+    tr, factor, _ = _prepared(path, policy, seed, pu)
+    runs = backtest(tr, factor, policy, compare=need_refs, seed=seed, workers=1)
+    out = {"candidate": cand_i, "trace": trace, "seed": seed, "pu": pu, "ours": runs["ours"].summary,
+           "wall_s": round(time.perf_counter() - started, 2)}
+    if need_refs:
+        out["refs"] = {name: r.summary for name, r in runs.items() if name != "ours"}
+    return out
+
+
+def cell_key(trace: str, seed: int, pu: float) -> str:
+    return f"{trace}|{seed}|{pu}"
+
+
+def judge(ours: dict, refs: dict) -> dict:
+    sweep = [{**refs[f"hpa@{t}"], "target_utilization": t} for t in HPA_TARGETS]
+    return verdict(ours, refs["static"], refs["oracle"], sweep)
+
+
+def score(rows: list[dict]) -> tuple:
+    passed = sum(r["verdict"]["meets_targets"] for r in rows)
+    mean_ratio = sum(r["verdict"]["node_hours_vs_oracle"] for r in rows) / max(1, len(rows))
+    return (-passed, mean_ratio)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--policy", default=str(ROOT / "policies/default.yaml"))
+    ap.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2 (dotted path); repeatable")
+    ap.add_argument("--traces", default="/work/shared/traces")
+    ap.add_argument("--only", default="", help="comma-separated trace folders (default: all five)")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--pu", default="0.35,0.5,0.7")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--cache", default=str(ROOT / "out/cv-references.json"))
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+
+    base = yaml.safe_load(Path(args.policy).read_text())
+    cands = candidates(base, args.grid)
+    root = Path(args.traces)
+    traces = [t for t in TRACE_NAMES if not args.only or t in args.only.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    pus = [float(p) for p in args.pu.split(",")]
+    cache_path = Path(args.cache)
+    cache: dict[str, dict] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+
+    jobs = []
+    for trace in traces:
+        path = trace_path(root, trace)
+        for seed in seeds:
+            for pu in pus:
+                need = cell_key(trace, seed, pu) not in cache
+                for i, (_, data) in enumerate(cands):
+                    jobs.append((i, data, path, trace, seed, pu, need and i == 0))
+    # The longest traces first, so that no worker is left with a 14-day replay at the end.
+    jobs.sort(key=lambda j: (not j[3].endswith(("m-small", "m-mid")), not j[6]))
+    started = time.perf_counter()
+    results: list[dict] = []
+    ctx = mp.get_context("fork")
+    with ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
+        for n, res in enumerate(pool.map(run_cell, jobs), 1):
+            if "refs" in res:
+                cache[cell_key(res["trace"], res["seed"], res["pu"])] = res.pop("refs")
+                cache_path.parent.mkdir(parents=True, exist_ok=True)
+                cache_path.write_text(json.dumps(cache))
+            results.append(res)
+            print(f"[{n}/{len(jobs)} {time.perf_counter() - started:.0f} s] {SHORT[res['trace']]} seed {res['seed']} "
+                  f"pu {res['pu']} cand {res['candidate']}: {res['wall_s']} s", file=sys.stderr, flush=True)
+    for r in results:
+        r["refs"] = cache[cell_key(r["trace"], r["seed"], r["pu"])]
+        r["verdict"] = judge(r["ours"], r["refs"])
+
+    by_cand = {i: [r for r in results if r["candidate"] == i] for i in range(len(cands))}
+    chosen_all = min(by_cand, key=lambda i: score(by_cand[i]))
+    folds = {}
+    for held in traces:
+        train = {i: [r for r in rows if r["trace"] != held] for i, rows in by_cand.items()}
+        pick = min(train, key=lambda i: score(train[i]))
+        folds[held] = pick
+
+    print(f"candidates: {len(cands)}; chosen on all five (in-sample): #{chosen_all} {cands[chosen_all][0]}")
+    for held, pick in folds.items():
+        print(f"fold: held out {SHORT[held]} -> chosen on the other four: #{pick} {cands[pick][0]}")
+    print()
+    print("| trace | seed | peak use | ours node-h | oracle node-h | x oracle | ours SLO % | always-on SLO % "
+          "| gap pp | capacity misses (ours / always-on) | HPA | in-sample | out-of-sample |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for trace in traces:
+        for seed in seeds:
+            for pu in pus:
+                ins = next(r for r in by_cand[chosen_all] if (r["trace"], r["seed"], r["pu"]) == (trace, seed, pu))
+                oos = next(r for r in by_cand[folds[trace]] if (r["trace"], r["seed"], r["pu"]) == (trace, seed, pu))
+                v, refs = ins["verdict"], ins["refs"]
+
+                def mark(x):
+                    w = x["verdict"]
+                    miss = [n for n, ok in (("SLO", w["slo_within_0_5pp_of_static"]),
+                                            ("oracle", w["within_10pct_of_oracle"]),
+                                            ("HPA", not w["dominated_by_hpa"])) if not ok]
+                    return "meets" if not miss else "MISS " + "+".join(miss)
+
+                print(f"| {SHORT[trace]} | {seed} | {pu} | {ins['ours']['node_hours']:,.1f} "
+                      f"| {refs['oracle']['node_hours']:,.1f} | {v['node_hours_vs_oracle']:.3f} "
+                      f"| {100 * ins['ours']['slo_attainment']:.3f} | {100 * refs['static']['slo_attainment']:.3f} "
+                      f"| {v['slo_gap_vs_static_pp']:+.3f} | {ins['ours']['capacity_misses']:,} / "
+                      f"{refs['static']['capacity_misses']:,} | {'dominated' if v['dominated_by_hpa'] else 'ok'} "
+                      f"| {mark(ins)} | {mark(oos)}"
+                      + ("" if oos is ins or oos["candidate"] == ins["candidate"]
+                         else f" (#{oos['candidate']}: x{oos['verdict']['node_hours_vs_oracle']:.3f}, "
+                              f"{oos['verdict']['slo_gap_vs_static_pp']:+.3f} pp)") + " |")
+    total = len(by_cand[chosen_all])
+    met = sum(r["verdict"]["meets_targets"] for r in by_cand[chosen_all])
+    oos_met = sum(r["verdict"]["meets_targets"] for held, pick in folds.items() for r in by_cand[pick]
+                  if r["trace"] == held)
+    print(f"\nin-sample: {met} of {total} cells meet all three targets; out-of-sample: {oos_met} of {total}")
+    print(f"wall {time.perf_counter() - started:.0f} s, {len(jobs)} replays", file=sys.stderr)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"candidates": [c[0] for c in cands], "chosen": chosen_all,
+                                               "folds": folds, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
