@@ -3,7 +3,9 @@ catch it, and restore the file: every line must say KILLED.
 
     .venv/bin/python bench/core_mutations.py
 """
-import subprocess, sys
+import subprocess
+import sys
+
 M = [
  ("autoscaler/core/victim.py", "return (kv, load, -order)", "return (load, kv, -order)", "test_victim_key_is_kv_before_load"),
  ("autoscaler/core/decide.py", "self.lead = lead_time_s(policy, memory)", 'self.lead = (policy.fleet.startup_expected_s, "fleet.startup_expected_s")', "test_decide_uses_the_measured_p95_lead_time"),

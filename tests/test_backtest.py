@@ -13,9 +13,23 @@ import pytest
 from core_helpers import make_policy
 
 from autoscaler.policy import load_policy
-from autoscaler.sim.backtest import (backtest, hpa_dominating, hpa_frontier_node_hours, prepare_trace, results_json,
-                                     run_one, summarise, verdict)
-from autoscaler.sim.controllers import CoreController, HpaController, OracleController, StaticController, oracle_schedule
+from autoscaler.sim.backtest import (
+    backtest,
+    hpa_dominating,
+    hpa_frontier_node_hours,
+    prepare_trace,
+    results_json,
+    run_one,
+    summarise,
+    verdict,
+)
+from autoscaler.sim.controllers import (
+    CoreController,
+    HpaController,
+    OracleController,
+    StaticController,
+    oracle_schedule,
+)
 from autoscaler.sim.engine import simulate
 from autoscaler.sim.traces import Trace
 

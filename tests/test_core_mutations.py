@@ -7,13 +7,12 @@ test fail (and only then reverting it).
 from __future__ import annotations
 
 import pytest
+from core_helpers import T0, decide, fleet, make_policy, signals
 
 from autoscaler.core import Action, Memory, Reason
 from autoscaler.core.forecast import MAX_STARTUP_SAMPLES, record_demand, record_startup
 from autoscaler.core.types import GroupSignals
 from autoscaler.core.victim import choose_victim, victim_key
-
-from core_helpers import T0, decide, fleet, make_policy, signals
 
 P = make_policy()
 SETTLED = Memory(surplus_since=T0 - 3600)

@@ -28,8 +28,14 @@ from typing import Any
 
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
 from autoscaler.core.forecast import ForecastResult, demand_changes, forecast, lead_time_s, seasonal_memo
-from autoscaler.core.risk import (Risk, allowed_risk, burn_changes, exceed_probability, minute_changes,
-                                  seasonal_peaks_memo)
+from autoscaler.core.risk import (
+    Risk,
+    allowed_risk,
+    burn_changes,
+    exceed_probability,
+    minute_changes,
+    seasonal_peaks_memo,
+)
 from autoscaler.core.types import (
     Action,
     Decision,
