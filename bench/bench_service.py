@@ -71,18 +71,20 @@ class Sample:
     wall_s: float  # since the controller started
     ticks: int
     cpu_s: float
+    sys_s: float  # of cpu_s, in the kernel
     rss_mb: float
     threads: int
     fds: int
     sockets: int
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the process (all threads; waited-for children are not included)."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(utime + stime, stime) of the process in seconds: all its threads; children not included."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         stat = f.read()
     fields = stat[stat.rindex(b")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / CLK_TCK, stime / CLK_TCK
 
 
 def status_fields(pid: int) -> dict[str, str]:
@@ -108,7 +110,7 @@ def fd_counts(pid: int) -> tuple[int, int]:
 def sample(pid: int, t0: float, ticks: int) -> Sample:
     st = status_fields(pid)
     fds, sockets = fd_counts(pid)
-    return Sample(round(time.monotonic() - t0, 2), ticks, cpu_seconds(pid), int(st["VmRSS"].split()[0]) / 1024,
+    return Sample(round(time.monotonic() - t0, 2), ticks, *cpu_seconds(pid), int(st["VmRSS"].split()[0]) / 1024,
                   int(st["Threads"]), fds, sockets)
 
 
@@ -208,6 +210,7 @@ class RunResult:
     warmup_ticks: int
     cpu_ms_per_tick: float
     cpu_ms_per_tick_with_startup: float
+    sys_ms_per_tick: float  # the kernel's part of cpu_ms_per_tick
     wall_ms_per_tick: float  # the tick's own wall time (histogram sum / count), Prometheus wait included
     wall_s: float
     startup_cpu_s: float
@@ -252,9 +255,13 @@ def run_once(args: argparse.Namespace, workdir: Path) -> RunResult:
         db = workdir / "ledger.db"
         listen = free_port()
         url = f"http://127.0.0.1:{listen}"
-        controller = Proc([PYTHON, "-m", "autoscaler", "run", "--policy", str(policy), "--db", f"sqlite:///{db}",
-                           "--signals", "prometheus", "--prometheus", prom_url, "--gateway", gw.url,
-                           "--listen", f"127.0.0.1:{listen}"],
+        run_argv = ["run", "--policy", str(policy), "--db", f"sqlite:///{db}", "--signals", "prometheus",
+                    "--prometheus", prom_url, "--gateway", gw.url, "--listen", f"127.0.0.1:{listen}"]
+        if args.tracemalloc:  # the same service, in a wrapper that compares heap snapshots (slower)
+            head = [PYTHON, str(Path(__file__).resolve()), "_traced", str(Path(args.tracemalloc).resolve())]
+        else:
+            head = [PYTHON, "-m", "autoscaler"]
+        controller = Proc(head + run_argv,
                           workdir / "logs" / "controller.log", env={"AUTOSCALER_LOCAL_LOG_DIR": str(workdir / "workers")})
         procs.append(controller)
         t0 = time.monotonic()
@@ -268,6 +275,7 @@ def run_once(args: argparse.Namespace, workdir: Path) -> RunResult:
         start_memory: dict[str, int] = {}
         bursts = [tuple(int(x) for x in b.split("-")) for b in args.burst]
         next_sample = time.monotonic()
+        spy: Proc | None = None
         while True:
             if not controller.alive():
                 raise RuntimeError(f"the controller exited with {controller.popen.returncode}:\n{controller.log()[-3000:]}")
@@ -283,6 +291,13 @@ def run_once(args: argparse.Namespace, workdir: Path) -> RunResult:
                 start_metrics = scrape(url)
                 start_memory = reader.memory_sizes()
                 samples.append(start)
+                if args.tracemalloc:
+                    os.kill(pid, signal.SIGUSR1)
+                if args.py_spy:
+                    spy = Proc([args.py_spy_bin, "record", "--pid", str(pid), "--rate", "200", "--gil", "--nonblocking",
+                                "--format", "raw",
+                                "--output", str(Path(args.py_spy).resolve())], workdir / "logs" / "py-spy.log")
+                    procs.insert(0, spy)
             for i, (b0, b1) in enumerate(bursts):
                 if len(loads) == i and ticks >= b0:
                     loads.append(StreamingLoad(gw.url, concurrency=args.concurrency, max_tokens=30,
@@ -294,6 +309,13 @@ def run_once(args: argparse.Namespace, workdir: Path) -> RunResult:
                 end_metrics = scrape(url)
                 end_memory = reader.memory_sizes()
                 samples.append(end)
+                if args.tracemalloc:
+                    os.kill(pid, signal.SIGUSR1)
+                    wait_until(lambda: Path(args.tracemalloc).exists(), 60, what="the tracemalloc report")
+                if spy is not None:
+                    spy.signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+                    with contextlib.suppress(Exception):
+                        spy.wait(30)
                 break
             if start is not None and time.monotonic() >= next_sample:
                 samples.append(sample(pid, t0, ticks))
@@ -312,6 +334,7 @@ def run_once(args: argparse.Namespace, workdir: Path) -> RunResult:
             ticks=end.ticks, tick_s=args.tick_s, warmup_ticks=start.ticks,
             cpu_ms_per_tick=round(1000 * (end.cpu_s - start.cpu_s) / dt, 2),
             cpu_ms_per_tick_with_startup=round(1000 * end.cpu_s / end.ticks, 2),
+            sys_ms_per_tick=round(1000 * (end.sys_s - start.sys_s) / dt, 2),
             wall_ms_per_tick=round(1000 * d_sum / d_count, 2) if d_count else float("nan"),
             wall_s=round(end.wall_s, 1), startup_cpu_s=round(start.cpu_s, 2),
             rss_mb_start=round(start.rss_mb, 1), rss_mb_end=round(end.rss_mb, 1),
@@ -342,7 +365,40 @@ def flatness(samples: list[dict], every: int = 100) -> list[dict]:
     return out
 
 
+def traced(out: str, run_argv: list[str]) -> int:
+    """``autoscaler run`` in this process under tracemalloc: the first SIGUSR1 takes a snapshot,
+    the second writes the 40 lines whose allocations grew most since then (and the totals) to ``out``."""
+    import threading
+    import tracemalloc
+
+    from autoscaler.cli import main as cli
+
+    tracemalloc.start(12)
+    snaps: list = []
+
+    def write_report() -> None:
+        first, last = snaps
+        lines = [f"traced heap: {sum(s.size for s in first.statistics('filename')) / 1e6:.2f} MB at the start mark, "
+                 f"{sum(s.size for s in last.statistics('filename')) / 1e6:.2f} MB at the end", ""]
+        for stat in last.compare_to(first, "traceback")[:40]:
+            lines.append(f"{stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  (now {stat.size / 1024:.1f} KiB)")
+            lines += ["        " + line for line in stat.traceback.format()[-8:]]
+        Path(out + ".part").write_text("\n".join(lines) + "\n")
+        os.replace(out + ".part", out)
+
+    def on_usr1(_signum, _frame) -> None:
+        snaps.append(tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)]))
+        if len(snaps) == 2:
+            threading.Thread(target=write_report, daemon=True).start()
+
+    signal.signal(signal.SIGUSR1, on_usr1)
+    return cli(run_argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_traced"]:
+        return traced(argv[1], argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ticks", type=int, default=1000)
     parser.add_argument("--tick-s", type=float, default=0.25, help="scaling.tick_interval_s (default 0.25)")
@@ -355,7 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=10.0, help="abort a run after this long (default 10)")
     parser.add_argument("--json", metavar="FILE", help="write every run's result (with its samples) here")
     parser.add_argument("--keep", metavar="DIR", help="keep the runs' logs, policy and ledger under DIR")
+    parser.add_argument("--py-spy", metavar="FILE", help="profile the controller with py-spy from the start mark to "
+                        "the end (collapsed stacks of on-CPU threads to FILE; py-spy's pauses make the numbers worse)")
+    parser.add_argument("--py-spy-bin", default="py-spy", help="the py-spy program (default: py-spy on PATH)")
+    parser.add_argument("--tracemalloc", metavar="FILE", help="run the controller under tracemalloc and write the "
+                        "heap growth between the start and end marks, by line, to FILE (slower: a diagnostic run)")
     args = parser.parse_args(argv)
+    if args.runs > 1 and (args.py_spy or args.tracemalloc):
+        parser.error("--py-spy and --tracemalloc profile one run: use --runs 1")
     args.burst = args.burst or ["100-400", "600-750"]
 
     def stop(signum, _frame):
@@ -374,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(run_once(args, Path(tmp)))
         r = results[-1]
         print(f"run {i + 1}: {r.ticks} ticks in {r.wall_s} s; CPU {r.cpu_ms_per_tick} ms/tick "
-              f"({r.cpu_ms_per_tick_with_startup} with start-up); wall {r.wall_ms_per_tick} ms/tick; "
+              f"(of it {r.sys_ms_per_tick} in the kernel; {r.cpu_ms_per_tick_with_startup} with start-up); wall {r.wall_ms_per_tick} ms/tick; "
               f"RSS {r.rss_mb_start} -> {r.rss_mb_end} MB (max {r.rss_mb_max_after_start}); threads "
               f"{r.threads_start} -> {r.threads_end}; fds {r.fds_start} -> {r.fds_end} (sockets {r.sockets_start} -> "
               f"{r.sockets_end}); decisions {r.decisions}; actions {r.actions}; requests {r.requests} "
@@ -388,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         return round(statistics.median(getattr(r, key) for r in results), 2)
 
     print(f"\nmedians of {len(results)} run(s) of {args.ticks} ticks at {args.tick_s:g} s:")
-    for key in ("cpu_ms_per_tick", "cpu_ms_per_tick_with_startup", "wall_ms_per_tick", "startup_cpu_s",
+    for key in ("cpu_ms_per_tick", "sys_ms_per_tick", "cpu_ms_per_tick_with_startup", "wall_ms_per_tick", "startup_cpu_s",
                 "rss_mb_start", "rss_mb_end", "rss_mb_max_after_start", "threads_start", "threads_end",
                 "fds_start", "fds_end", "sockets_start", "sockets_end"):
         print(f"  {key:30s} {med(key)}")
