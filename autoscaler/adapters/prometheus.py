@@ -173,7 +173,11 @@ class PrometheusClient:
         self.url = _check_url(url)
         self.timeout_s = timeout_s
         limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-        self._http = httpx.Client(timeout=timeout_s, limits=limits, trust_env=False)
+        # Uncompressed answers: an instant vector of a few series is a few hundred bytes, and gzip
+        # (httpx asks for it by default, Prometheus obliges) costs more than it saves. Measured on
+        # loopback: 0.59 -> 0.50 ms of client CPU per query and 1.5 -> 0.8 ms wall; x18 queries a tick.
+        self._http = httpx.Client(timeout=timeout_s, limits=limits, trust_env=False,
+                                  headers={"Accept-Encoding": "identity"})
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="prometheus-query")
 
     def close(self) -> None:
