@@ -158,10 +158,9 @@ class LiveLedger:
             return None if row is None else row[0]
 
     def save_state(self, key: str, value: Mapping[str, Any], *, epoch: int) -> None:
+        values = {"value": dict(value), "epoch": epoch, "updated_at": time.time()}
         with self.ledger._write() as conn:
-            exists = conn.execute(select(ControllerStateRow.key).where(ControllerStateRow.key == key)).first()
-            values = {"value": dict(value), "epoch": epoch, "updated_at": time.time()}
-            if exists:
-                conn.execute(update(ControllerStateRow).where(ControllerStateRow.key == key).values(**values))
-            else:
+            # One statement on every tick but the first (an UPDATE; INSERT only when the key is new).
+            done = conn.execute(update(ControllerStateRow).where(ControllerStateRow.key == key).values(**values))
+            if done.rowcount == 0:
                 conn.execute(insert(ControllerStateRow), {"key": key, **values})

@@ -134,6 +134,7 @@ class Service:
         self._gateway: GatewayClient | None = None
         self._signals: Any = None  # a SignalSource once leading
         self._saving_at = 0.0
+        self._controls_cache: tuple[int | None, Controls] | None = None
 
     # ------------------------------------------------------------------ wiring
     @property
@@ -180,11 +181,21 @@ class Service:
                         run_id=run_id, epoch=epoch, clock=self.clock)
 
     def _controls(self, now: float) -> Controls:
-        try:
-            from autoscaler.service import controls as ctl
-        except ImportError:  # pragma: no cover - the controls module is part of the package
-            return Controls()
-        return ctl.effective_controls(self.ledger.engine, now)
+        """The operator controls in force. Recomputed only when a new control was recorded (one
+        cheap max(id) query a tick instead of three) or when the pin in force expires."""
+        from sqlalchemy import func, select
+
+        from autoscaler.ledger.models import OperatorControlRow
+        from autoscaler.service import controls as ctl
+
+        with self.ledger._read() as conn:
+            latest = conn.execute(select(func.max(OperatorControlRow.id))).scalar()
+        cached = self._controls_cache
+        if cached is not None and cached[0] == latest and (cached[1].pin is None or now < cached[1].pin.until):
+            return cached[1]
+        controls = ctl.effective_controls(self.ledger.engine, now)
+        self._controls_cache = (latest, controls)
+        return controls
 
     def _become_leader(self, epoch: int) -> None:
         self.ledger.fence_epoch = epoch
