@@ -52,6 +52,8 @@ from autoscaler.settings import Settings
 log = logging.getLogger("autoscaler.service")
 
 SHUTDOWN_BUDGET_S = 25.0  # SIGTERM -> exit 0 within 30 s
+COMPACT_EVERY_S = 3600.0  # fold old hold decisions once an hour ...
+COMPACT_OLDER_THAN_S = 7 * 86400.0  # ... when they are older than a week (a 15 s tick writes 5,760 a day)
 
 
 class PolicyFile:
@@ -135,6 +137,7 @@ class Service:
         self._signals: Any = None  # a SignalSource once leading
         self._saving_at = 0.0
         self._controls_cache: tuple[int | None, Controls] | None = None
+        self._compacted_at = clock()  # the first compaction an hour after the start
 
     # ------------------------------------------------------------------ wiring
     @property
@@ -326,6 +329,13 @@ class Service:
             m.set_optional(m.fleet_requests, snap.fleet.queued, "queued")
             m.slo_ttft.set(float("nan") if snap.fleet.ttft_p99_s is None else snap.fleet.ttft_p99_s)
         now = self.clock()
+        if now - self._compacted_at >= COMPACT_EVERY_S:
+            self._compacted_at = now
+            try:
+                result = self.ledger.compact(COMPACT_OLDER_THAN_S, now=now, source=c.source)
+                log.info("ledger compacted: %s", result)
+            except RuntimeFailure as exc:
+                log.warning("ledger not compacted: %s", exc)
         if now - self._saving_at >= 30 or self._saving_at == 0:
             self._saving_at = now
             try:
