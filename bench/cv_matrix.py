@@ -4,7 +4,7 @@
         [--grid "scaling.scale_down.stabilization_s=120,300" --grid "slo.capacity_miss_budget_pct=0.5,1"]
         [--traces DIR] [--seeds 0,1,2] [--pu 0.35,0.5,0.7] [--workers 2] [--cache FILE] [--json FILE]
 
-Every cell is one trace at one seed and one peak utilisation; its three targets (INTERFACES.md):
+Every cell is one trace at one seed and one peak utilisation; its three targets (docs/interfaces.md):
 SLO attainment >= always-on's - 0.5 pp, node-hours <= 1.10 x the oracle's, not dominated by the HPA
 sweep. The references (always-on, HPA 0.5-0.9, oracle) do not depend on the scaling knobs swept
 here, so they are replayed once per cell and kept in ``--cache`` (JSON); only ours is replayed per

@@ -324,7 +324,7 @@ TARGET_CELLS = [(MOONCAKE, 0.35, 0)]
 
 @pytest.mark.parametrize("path, pu, seed", TARGET_CELLS, ids=["mooncake-0.35-seed0"])
 def test_default_policy_meets_the_targets(path, pu, seed):
-    """The issue's bars (INTERFACES.md): SLO within 0.5 pp of always-on, node-hours within 10% of the
+    """The issue's bars (docs/interfaces.md): SLO within 0.5 pp of always-on, node-hours within 10% of the
     oracle, not dominated by any HPA setting; and a controller that never scales down fails them on
     the same cell, so that the test tells the two apart."""
     policy = load_policy(ROOT / "policies/default.yaml").policy

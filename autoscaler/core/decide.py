@@ -115,9 +115,10 @@ class _Tick:
         running = [s.running for s in loads]
         queued = [s.queued for s in loads]
         known = bool(loads) and None not in running and None not in queued and not self._problem_in(_DEMAND_SIGNALS)
-        self.running = sum(running) if known else None  # type: ignore[arg-type]
-        self.queued = sum(queued) if known else None  # type: ignore[arg-type]
-        self.demand = None if self.running is None else self.running + self.queued  # type: ignore[operator]
+        # known: no None among them (the filter is for the type checker)
+        self.running: float | None = sum(r for r in running if r is not None) if known else None
+        self.queued: float | None = sum(q for q in queued if q is not None) if known else None
+        self.demand = None if self.running is None or self.queued is None else self.running + self.queued
         # For scale-ups only: what the groups that did report carry (a lower bound of the demand).
         self.demand_floor: float | None = self.demand
         self.unknown: list[str] = []
@@ -127,8 +128,9 @@ class _Tick:
                     if s.running is not None and s.queued is not None and g.name not in bad and None not in bad]
             self.unknown = [g.name for g in self.reporting if g.name not in {n for n, _ in part}]
             if part:
-                self.demand_floor = sum(s.running + s.queued for _, s in part)  # type: ignore[operator]
-                self.queued_floor = sum(s.queued for _, s in part)  # type: ignore[misc]
+                # part holds only groups whose running and queued are known (`or 0.0` for the type checker)
+                self.demand_floor = sum((s.running or 0.0) + (s.queued or 0.0) for _, s in part)
+                self.queued_floor = sum((s.queued or 0.0) for _, s in part)
 
         if memory.disruptions and now - memory.disruptions[0] >= HOUR_S:
             memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
@@ -144,7 +146,8 @@ class _Tick:
             # burn, in one copy of the memory (each reads only fields the others do not change).
             changes = demand_changes(memory, policy, now, self.demand, self.risk_horizon)
             changes.update(minute_changes(memory, now, self.demand, self.risk_horizon))
-            changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running,  # type: ignore[arg-type]
+            assert self.running is not None and self.queued is not None  # demand is known: both are
+            changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running,
                                         self.queued, fl.queue_wait_p99_s, self.active < self.bounds.ceiling))
             memory = memory.with_(**changes)
             if policy.forecast.enabled:
@@ -269,6 +272,8 @@ def _scale_up(t: _Tick):
     policy, up = t.policy, t.policy.scaling.scale_up
     wants: list[tuple[int, Reason, str, bool]] = []  # (groups wanted, reason, detail, on forecast)
     ready = len(t.ready)
+    demand: float | None
+    queued: float | None
     if t.demand is not None:
         demand, queued, of = t.demand, t.queued, f"running {_fmt(t.running)} + queued {_fmt(t.queued)}"
     elif t.demand_floor is not None:  # some groups unknown: what the others carry is a lower bound
@@ -284,7 +289,8 @@ def _scale_up(t: _Tick):
                           f"demand {_fmt(demand)} ({of}) "
                           f"> {t.active} groups x {_fmt(t.per_group)} = {_fmt(t.active * t.per_group)}; "
                           f"needs {need}" + (f" incl. {t.spare} spare" if t.spare else ""), False))
-        if up.queued_per_group_above is not None and ready and queued / ready > up.queued_per_group_above:
+        if (up.queued_per_group_above is not None and ready and queued is not None
+                and queued / ready > up.queued_per_group_above):
             wants.append((ready + 1, Reason.QUEUE_HIGH,
                           f"queued {_fmt(queued)} over {ready} ready groups = {_fmt(queued / ready)} per group "
                           f"> {_fmt(up.queued_per_group_above)}", False))

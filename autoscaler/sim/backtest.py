@@ -55,7 +55,7 @@ def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: floa
     n = len(result.ttft_s)
     target = policy.slo.ttft_target_s
     met = (result.ttft_s <= target) & ~result.cut
-    # INTERFACES.md, "Capacity misses": missed, but would have met the target without its queue
+    # docs/interfaces.md, "Capacity misses": missed, but would have met the target without its queue
     # wait, or cut by a drain: the misses that more groups would have prevented.
     capacity = (~met & (result.ttft_s - result.queue_s <= target)) | result.cut
     nodes = policy.fleet.group_size_nodes
@@ -87,14 +87,14 @@ def run_one(name: str, trace: Trace, policy: Policy, controller, load_scale: flo
                os.getpid())
 
 
-# INTERFACES.md, "HPA frontier": an HPA point reaches at least our SLO when its SLO attainment is
+# docs/interfaces.md, "HPA frontier": an HPA point reaches at least our SLO when its SLO attainment is
 # >= ours - SLO_TIE, and costs less when its node-hours are < COST_TIE x ours.
 SLO_TIE = 0.0001
 COST_TIE = 0.995
 
 
 def hpa_dominating(ours_slo: float, ours_node_hours: float, sweep: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The cheapest HPA setting that dominates ours, or None (INTERFACES.md, "HPA frontier").
+    """The cheapest HPA setting that dominates ours, or None (docs/interfaces.md, "HPA frontier").
 
     Ours at (s, n) is dominated when some sweep point has SLO >= s - 0.0001 and node-hours
     < 0.995 n, or when the straight line between two neighbouring sweep points (sorted by SLO)
@@ -139,7 +139,7 @@ def hpa_frontier_node_hours(ours_slo: float, sweep: list[dict[str, Any]]) -> flo
 
 def verdict(ours: dict[str, Any], static: dict[str, Any], oracle: dict[str, Any],
             sweep: list[dict[str, Any]]) -> dict[str, Any]:
-    """The three targets of one backtest cell (INTERFACES.md): SLO within 0.5 pp of always-on,
+    """The three targets of one backtest cell (docs/interfaces.md): SLO within 0.5 pp of always-on,
     node-hours within 10% of the oracle, not dominated by any HPA setting."""
     oracle_nh = oracle["node_hours"]
     static_slo = static["slo_attainment"]
