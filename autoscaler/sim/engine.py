@@ -502,8 +502,9 @@ class _Replay:
                 g.state = GroupState(g.name, g.phase, g.since)
                 changed = True
         if changed:
-            self.fleet_now = FleetState({g.name: g.state for g in self.groups})
-        return self.fleet_now  # type: ignore[return-value]
+            self.fleet_now = FleetState({g.name: g.state for g in self.groups if g.state is not None})
+        assert self.fleet_now is not None
+        return self.fleet_now
 
     # -------------------------------------------------------------------------- results
     def _result(self) -> SimResult:
