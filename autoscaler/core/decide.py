@@ -115,22 +115,22 @@ class _Tick:
         running = [s.running for s in loads]
         queued = [s.queued for s in loads]
         known = bool(loads) and None not in running and None not in queued and not self._problem_in(_DEMAND_SIGNALS)
-        # known: no None among them (the filter is for the type checker)
-        self.running: float | None = sum(r for r in running if r is not None) if known else None
-        self.queued: float | None = sum(q for q in queued if q is not None) if known else None
-        self.demand = None if self.running is None or self.queued is None else self.running + self.queued
+        self.running: float | None = sum(r or 0.0 for r in running) if known else None
+        self.queued: float | None = sum(q or 0.0 for q in queued) if known else None
+        self.demand: float | None = (None if self.running is None or self.queued is None
+                                     else self.running + self.queued)
         # For scale-ups only: what the groups that did report carry (a lower bound of the demand).
         self.demand_floor: float | None = self.demand
+        self.queued_floor: float | None = self.queued
         self.unknown: list[str] = []
         if self.demand is None and loads:
             bad = {p.group for p in self.problems if p.signal in _DEMAND_SIGNALS}
             part = [(g.name, s) for g, s in zip(self.reporting, loads)
                     if s.running is not None and s.queued is not None and g.name not in bad and None not in bad]
             self.unknown = [g.name for g in self.reporting if g.name not in {n for n, _ in part}]
-            if part:
-                # part holds only groups whose running and queued are known (`or 0.0` for the type checker)
+            if part:  # (every value in ``part`` is known: ``or 0.0`` only tells the type checker)
                 self.demand_floor = sum((s.running or 0.0) + (s.queued or 0.0) for _, s in part)
-                self.queued_floor = sum((s.queued or 0.0) for _, s in part)
+                self.queued_floor = sum(s.queued or 0.0 for _, s in part)
 
         if memory.disruptions and now - memory.disruptions[0] >= HOUR_S:
             memory = memory.with_(disruptions=tuple(t for t in memory.disruptions if now - t < HOUR_S))
@@ -146,9 +146,8 @@ class _Tick:
             # burn, in one copy of the memory (each reads only fields the others do not change).
             changes = demand_changes(memory, policy, now, self.demand, self.risk_horizon)
             changes.update(minute_changes(memory, now, self.demand, self.risk_horizon))
-            assert self.running is not None and self.queued is not None  # demand is known: both are
-            changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running,
-                                        self.queued, fl.queue_wait_p99_s, self.active < self.bounds.ceiling))
+            changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running or 0.0,
+                                        self.queued or 0.0, fl.queue_wait_p99_s, self.active < self.bounds.ceiling))
             memory = memory.with_(**changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
@@ -274,6 +273,7 @@ def _scale_up(t: _Tick):
     ready = len(t.ready)
     demand: float | None
     queued: float | None
+    of = ""
     if t.demand is not None:
         demand, queued, of = t.demand, t.queued, f"running {_fmt(t.running)} + queued {_fmt(t.queued)}"
     elif t.demand_floor is not None:  # some groups unknown: what the others carry is a lower bound
@@ -281,7 +281,7 @@ def _scale_up(t: _Tick):
         of = f"at least: {', '.join(t.unknown)} unknown"
     else:
         demand = queued = None
-    if demand is not None:
+    if demand is not None and queued is not None:
         need = groups_needed(demand, t.per_group) + t.spare
         if up.on_utilization and need > t.active:
             # 11 requests / (6 x 0.7 = 4.2 per group) -> 3 groups

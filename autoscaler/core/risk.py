@@ -119,15 +119,15 @@ def minute_changes(memory: Memory, now: float, demand: float, lead_s: float) -> 
         if ahead:
             z = _z(max(ahead) - base, base)
             log = log + ((k, z),)
-            work = list(ordered)
-            insort(work, z)
+            values = list(ordered)
+            insort(values, z)
             cut = 0
             while cut < len(log) and log[cut][0] <= k - RECENT_MINUTES:
                 cut += 1
             for _, old in log[:cut]:
-                del work[bisect_right(work, old) - 1]
+                del values[bisect_right(values, old) - 1]
             log = log[cut:]
-            ordered = tuple(work)
+            ordered = tuple(values)
     return {"minute_now": (minute, demand, 1), "minute_max": closed, "rise_log": log, "rises_sorted": ordered}
 
 

@@ -501,8 +501,9 @@ class _Replay:
             if st is None or st.phase is not g.phase or st.since != g.since:
                 g.state = GroupState(g.name, g.phase, g.since)
                 changed = True
-        if changed or self.fleet_now is None:  # every group's state is set above
+        if changed:
             self.fleet_now = FleetState({g.name: g.state for g in self.groups if g.state is not None})
+        assert self.fleet_now is not None
         return self.fleet_now
 
     # -------------------------------------------------------------------------- results
