@@ -30,7 +30,7 @@ def _processes_mentioning(text: str) -> list[str]:
 
 def test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind(tmp_path):
     db = tmp_path / "demo.db"
-    p = subprocess.run([sys.executable, "-m", "autoscaler", "demo", "--minutes", "1.5", "--json", "--db",
+    p = subprocess.run([sys.executable, "-m", "autoscaler", "demo", "--minutes", "2", "--json", "--db",
                         f"sqlite:///{db}"], capture_output=True, text=True, timeout=420, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout)  # stdout is only the summary object

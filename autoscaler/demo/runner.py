@@ -27,7 +27,7 @@ from autoscaler.demo import DEMO_POLICY, DEMO_TRACE
 from autoscaler.errors import RuntimeFailure
 
 PEAK_UTILIZATION = 0.85  # the busiest 5 minutes offer 85% of the 18 slots: past two groups (12)
-SETTLE_AFTER_LOAD_S = 100.0  # after the load: time for the drains back to the floor (run <= N + 2 min)
+SETTLE_AFTER_LOAD_S = 110.0  # after the load: time for the drains back to the floor (run <= N + 2 min)
 
 
 def free_port() -> int:
