@@ -28,18 +28,24 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind(tmp_path):
-    db = tmp_path / "demo.db"
-    p = subprocess.run([sys.executable, "-m", "autoscaler", "demo", "--minutes", "2", "--json", "--db",
-                        f"sqlite:///{db}"], capture_output=True, text=True, timeout=420, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr[-3000:]
-    summary = json.loads(p.stdout)  # stdout is only the summary object
+def test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind(request):
+    # Started by conftest.py when the tests were collected (it runs beside the other tests).
+    demo = request.config.stash_demo
+    proc = demo["proc"]
+    code = proc.wait(timeout=480)
+    for f in demo["files"]:
+        f.flush()
+    stdout = (demo["folder"] / "stdout").read_text()
+    stderr = (demo["folder"] / "stderr").read_text()
+    db = demo["db"]
+    assert code == 0, stderr[-3000:]
+    summary = json.loads(stdout)  # stdout is only the summary object
     assert set(summary) == {"requests_sent", "requests_failed", "scale_ups", "scale_downs", "node_hours",
                             "baseline_node_hours", "savings_pct"}
     assert summary["requests_failed"] == 0 and summary["requests_sent"] > 20
-    assert summary["scale_ups"] >= 1 and summary["scale_downs"] >= 1, p.stderr[-3000:]
+    assert summary["scale_ups"] >= 1 and summary["scale_downs"] >= 1, stderr[-3000:]
     assert 0 < summary["node_hours"] < summary["baseline_node_hours"]
-    assert "Fleet cost" in p.stderr  # the cost report of the live run goes to stderr with --json
+    assert "Fleet cost" in stderr  # the cost report of the live run goes to stderr with --json
     # The controller learned this fleet's start-up times: each measured start is a core sample.
     from autoscaler.ledger.live import LiveLedger
     from autoscaler.ledger.store import Ledger
@@ -47,7 +53,7 @@ def test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind(tmp_p
     with Ledger(f"sqlite:///{db}", create=False) as ledger:
         samples = LiveLedger(ledger).load_state("memory")["startup_durations_s"]
     assert len(samples) >= 2 and all(5.0 <= s < 60.0 for s in samples)  # actuator.startup_s is 5 s
-    folder = re.search(r"logs kept in (\S+)", p.stderr).group(1)
+    folder = re.search(r"logs kept in (\S+)", stderr).group(1)
     assert _processes_mentioning(folder) == []  # gateway, Prometheus, controller: all stopped
     # The emulated workers (started by the controller's local actuator) are gone too: their ports closed.
     policy = (Path(folder) / "demo-policy.yaml").read_text()
