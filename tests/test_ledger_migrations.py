@@ -80,3 +80,32 @@ def test_migration_files_are_dated_and_say_why():
         assert re.match(r"^\d{4}_\d{2}_\d{2}_\d{4}_[a-z0-9_]+\.py$", path.name), path.name
         doc = ast.get_docstring(ast.parse(path.read_text()))
         assert doc and "Why:" in doc, f"{path.name}: the docstring must say why"
+
+
+def test_a_populated_ledger_of_revision_0001_upgrades_to_head_keeping_every_row(tmp_path):
+    # Revision 0002 rebuilds `runs` on SQLite (batch mode); decisions, events and intervals point at it.
+    url = f"sqlite:///{tmp_path}/old.db"
+    engine = make_engine(url)
+    run_migration(engine, "upgrade", "0001")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO policy_versions (id, sha256, text, path, cost, fleet, first_seen_at) "
+                          "VALUES (1, 'abc', 'x', NULL, '{}', '{}', '2026-01-05 00:00:00')"))
+        conn.execute(text("INSERT INTO runs (id, source, label, started_at, ended_at, policy_sha256, created_at) "
+                          "VALUES (1, 'simulation', 'old', '2026-01-05 00:00:00', NULL, 'abc', '2026-01-05 00:00:00')"))
+        conn.execute(text("INSERT INTO decisions (id, run_id, at, action, target_groups, group_name, groups, reason, "
+                          "detail, inputs, forecast_used, policy_sha256) VALUES (1, 1, '2026-01-05 00:00:15', "
+                          "'scale_up', 2, 'g2', '[\"g2\"]', 'utilization_high', 'd', '{}', 0, 'abc')"))
+        conn.execute(text("INSERT INTO group_events (id, run_id, at, group_name, event, decision_id, detail) "
+                          "VALUES (1, 1, '2026-01-05 00:00:15', 'g2', 'started', 1, '')"))
+        conn.execute(text("INSERT INTO node_intervals (id, run_id, node, group_name, state, start_at, end_at) "
+                          "VALUES (1, 1, 'n3', 'g2', 'active', '2026-01-05 00:00:15', NULL)"))
+    engine.dispose()
+    Ledger(url).close()  # upgrades to head
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == code_head()
+        counts = [conn.execute(text(f"SELECT count(*) FROM {t}")).scalar()
+                  for t in ("runs", "decisions", "group_events", "node_intervals")]
+        assert counts == [1, 1, 1, 1]
+        assert conn.execute(text("PRAGMA foreign_key_check")).all() == []
+    engine.dispose()

@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -152,10 +154,29 @@ def database_revision(conn: Connection) -> str | None:
 def run_migration(engine: Engine, direction: str, target: str) -> None:
     """``upgrade``/``downgrade`` to ``target`` in one transaction (tests and ensure_schema use it)."""
     with engine.connect() as conn:
-        conn.execution_options(**WRITE)
-        with conn.begin():
-            _lock_migrations(conn)
-            getattr(command, direction)(alembic_config(conn), target)
+        with _sqlite_foreign_keys_off(conn):
+            conn.execution_options(**WRITE)
+            with conn.begin():
+                _lock_migrations(conn)
+                getattr(command, direction)(alembic_config(conn), target)
+
+
+@contextmanager
+def _sqlite_foreign_keys_off(conn: Connection) -> Iterator[None]:
+    """SQLite: foreign keys off around a migration. Batch mode rebuilds tables that others point
+    at (copy, drop, rename), which fails with keys on; the switch works only outside a transaction,
+    so it is made on the driver's connection before BEGIN. The migration checks the keys itself
+    (PRAGMA foreign_key_check) before it commits. Other databases: nothing to do."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        raw.execute("PRAGMA foreign_keys = ON")
 
 
 def _lock_migrations(conn: Connection) -> None:
@@ -243,7 +264,7 @@ def ensure_schema(engine: Engine, url: str) -> None:
             if current is not None and current not in known_revisions():
                 raise _newer_error(url, current, head)
             conn.execution_options(**WRITE)
-            with conn.begin():
+            with _sqlite_foreign_keys_off(conn), conn.begin():
                 _lock_migrations(conn)
                 current = database_revision(conn)  # again, under the lock: another process may have done it
                 if current == head:

@@ -38,6 +38,17 @@ NEW_EVENTS = (
 )
 
 
+def _check_foreign_keys() -> None:
+    # SQLite's batch mode rebuilds `runs`, `decisions` and `group_events` (copy, drop, rename), which
+    # the other tables point at; schema.py runs migrations with foreign keys off on SQLite (they
+    # cannot be switched inside a transaction) and this checks, before the commit, that every key
+    # still resolves, as SQLite's own procedure for table rebuilds does.
+    if op.get_bind().dialect.name == "sqlite":
+        broken = op.get_bind().exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise RuntimeError(f"revision 0002 left broken foreign keys: {broken[:5]}")
+
+
 def upgrade() -> None:
     with op.batch_alter_table("runs") as batch:
         batch.drop_constraint(op.f("ck_runs_source"), type_="check")
@@ -123,6 +134,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_operator_controls")),
     )
     op.create_index(op.f("ix_operator_controls_at"), "operator_controls", ["at"])
+    _check_foreign_keys()
 
 
 def downgrade() -> None:
@@ -143,3 +155,4 @@ def downgrade() -> None:
         batch.drop_column("instance")
         batch.drop_constraint(op.f("ck_runs_source"), type_="check")
         batch.create_check_constraint(op.f("ck_runs_source"), "source IN ('live', 'simulation')")
+    _check_foreign_keys()
