@@ -174,6 +174,7 @@ def test_a_restarted_gateway_gets_every_ready_group_back_within_one_tick(fleet, 
     _port, _mport = g.port, g.metrics_port
     f = fleet()
     f.executor.gateway = GatewayClient(g.url)
+    g2: Proc | None = None
     try:
         f.start("g1", "g2")
         g.proc.kill()
@@ -190,7 +191,7 @@ def test_a_restarted_gateway_gets_every_ready_group_back_within_one_tick(fleet, 
         assert events(f, "g1").count("reregistered") == 1
     finally:
         g.proc.kill()
-        with __import__("contextlib").suppress(NameError):
+        if g2 is not None:
             g2.kill()
 
 
