@@ -493,6 +493,24 @@ def read_signals(
     return SignalSnapshot(at=at, groups=groups, fleet=fleet, problems=problems)
 
 
+class PrometheusSignals:
+    """The live service's signal source: ``read_signals`` with the run's one ``PrometheusClient``."""
+
+    def __init__(self, policy: Policy, prometheus_url: str) -> None:
+        self.policy = policy
+        self.url = prometheus_url
+        self.client = PrometheusClient(prometheus_url, timeout_s=policy.signals.timeout_s)
+
+    def set_policy(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def read(self, now: float, *, expected_groups: Iterable[str]) -> SignalSnapshot:
+        return read_signals(self.policy, self.url, now, expected_groups=expected_groups, client=self.client)
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def is_unreachable(snapshot: SignalSnapshot) -> bool:
     """True when Prometheus could not be reached for some signal (the CLI then exits 1)."""
     return any(p.kind == "unreachable" for p in snapshot.problems)

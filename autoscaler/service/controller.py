@@ -51,10 +51,6 @@ class SignalSource(Protocol):
 ControlsProvider = Callable[[float], Controls]
 
 
-def memory_to_json(memory: Memory) -> dict[str, Any]:
-    return memory.to_dict()
-
-
 def memory_from_json(data: Any, policy: Policy, at: float) -> Memory:
     """The memory a previous run saved (the snapshot format's ``memory``); a fresh one if unreadable."""
     if not isinstance(data, dict):
@@ -91,7 +87,6 @@ class Controller:
         instance: str = "local",
         controls: ControlsProvider | None = None,
         clock: Callable[[], float] = time.time,
-        on_decision: Callable[[Decision, TickReport, Controller], None] | None = None,
     ) -> None:
         self.loaded = loaded
         self.policy = loaded.policy
@@ -103,23 +98,21 @@ class Controller:
         self.instance = instance
         self.controls_provider = controls
         self.clock = clock
-        self.on_decision = on_decision
         now = clock()
         self.run_id = ledger.start_run(source, loaded, at=now, label=f"{source} {instance}", instance=instance)
         self.memory = memory_from_json(self.live.load_state(MEMORY_KEY), self.policy, now)
         self.executor = executor_factory(self.policy, self.live, self.run_id, epoch)
         self.executor.recheck = self._recheck
         self._init_node_states(now)
-        self.recovery_notes = self.executor.recover()
-        for note in self.recovery_notes:
+        for note in self.executor.recover():
             log.info("recovery: %s", note)
         self.controls = Controls()
         self.last_decision: Decision | None = None
         self.last_decision_at: float | None = None
         self.last_snapshot: SignalSnapshot | None = None
         self.last_report: TickReport | None = None
-        self.ticks = 0
-        self.save_policy_state(error=None)
+        self.policy_loaded_at: str | None = None
+        self.save_policy_state(error=None, loaded=True)
 
     # ------------------------------------------------------------------ run bookkeeping
     def _init_node_states(self, now: float) -> None:
@@ -127,16 +120,19 @@ class Controller:
         if not isinstance(self.executor, Executor):
             return
         off_state = self.executor.actuator.stopped_power_state
+        recorded = self.live.groups()
         for name, rec in self.executor.records.items():
-            state = off_state if rec.phase == "off" else "active"
-            if rec.phase == "failed":
-                state = off_state
-            self.live.set_nodes(self.run_id, name, state, now)
-            if rec.phase == "off" and name not in self.live.groups():
+            # A failed group was stopped when it failed; every other phase but off has its nodes up.
+            self.live.set_nodes(self.run_id, name, off_state if rec.phase in ("off", "failed") else "active", now)
+            if name not in recorded:  # a group seen for the first time: record it (off)
                 self.live.transition(rec, epoch=self.epoch, at=now)
 
-    def save_policy_state(self, *, error: str | None) -> None:
-        value = {"path": self.loaded.path, "hash": self.loaded.sha256, "loaded_at": iso(self.clock()),
+    def save_policy_state(self, *, error: str | None, loaded: bool = False) -> None:
+        """Record the policy in force (``loaded``: it was just loaded) and the last rejected edit, for
+        ``status`` from the database."""
+        if loaded:
+            self.policy_loaded_at = iso(self.clock())
+        value = {"path": self.loaded.path, "hash": self.loaded.sha256, "loaded_at": self.policy_loaded_at,
                  "error": error, "instance": self.instance}
         try:
             self.live.save_state(POLICY_KEY, value, epoch=self.epoch)
@@ -151,7 +147,7 @@ class Controller:
         self.executor.set_policy(loaded.policy)
         if hasattr(self.signals, "set_policy"):
             self.signals.set_policy(loaded.policy)
-        self.save_policy_state(error=None)
+        self.save_policy_state(error=None, loaded=True)
 
     def end(self, note: str) -> None:
         try:
@@ -210,14 +206,13 @@ class Controller:
         now = self.clock()
         snapshot = self.last_snapshot or SignalSnapshot(now, {}, GroupSignals())
         decision, memory = decide(snapshot, fleet, self._core_policy(), self.memory, now)
-        self.ticks += 1
         if not report.records_ok:
             log.error("records unavailable: no new action this tick (%s)", "; ".join(report.steps[-1:]))
             self.last_decision, self.last_decision_at = decision, now
             return None
         try:
             decision_id = self.ledger.record_decision(self.run_id, now, decision, self.loaded.sha256, epoch=self.epoch)
-            self.live.save_state(MEMORY_KEY, memory_to_json(memory), epoch=self.epoch)
+            self.live.save_state(MEMORY_KEY, memory.to_dict(), epoch=self.epoch)
         except RuntimeFailure as exc:
             log.error("records unavailable: decision not recorded, no action taken (%s)", exc)
             self.last_decision, self.last_decision_at = decision, now
@@ -235,8 +230,6 @@ class Controller:
                     log.error("%s", exc)
                     steps = [str(exc)]
         self._log_decision(decision, fleet, snapshot, steps, time.monotonic() - t0)
-        if self.on_decision is not None:
-            self.on_decision(decision, report, self)
         return decision
 
     def _apply_cordons(self) -> None:
@@ -271,5 +264,6 @@ class Controller:
             "steps": steps, "epoch": self.epoch,
         }
         decision_log.info("decision %s", json.dumps(line, separators=(",", ":")))
-        decision_log.debug("decision arithmetic: %s | inputs %s | tick %.3f s", decision.detail,
-                           json.dumps(dict(decision.inputs), default=str)[:2000], seconds)
+        if decision_log.isEnabledFor(logging.DEBUG):  # the inputs' JSON is not built on every tick for nothing
+            decision_log.debug("decision arithmetic: %s | inputs %s | tick %.3f s", decision.detail,
+                               json.dumps(dict(decision.inputs), default=str)[:2000], seconds)

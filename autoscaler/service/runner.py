@@ -31,6 +31,7 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler import __version__
 from autoscaler.actuators import actuator_for
@@ -40,6 +41,7 @@ from autoscaler.core.bounds import effective_bounds
 from autoscaler.core.types import iso
 from autoscaler.errors import AutoscalerError, BadInput, RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
+from autoscaler.ledger.schema import one_line
 from autoscaler.ledger.store import Ledger
 from autoscaler.policy.loader import LoadedPolicy, PolicyInvalid, parse_policy
 from autoscaler.policy.model import ActuatorKind, Policy
@@ -47,6 +49,7 @@ from autoscaler.service.controller import Controller, Controls
 from autoscaler.service.executor import CORE_PHASE, Executor
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.shadow import ShadowFleet
+from autoscaler.service.status import build_status
 from autoscaler.settings import Settings
 
 log = logging.getLogger("autoscaler.service")
@@ -115,15 +118,14 @@ class Service:
         self.settings = settings
         self.policy_file = PolicyFile(loaded.path, loaded)
         self.signals_mode = signals_mode
-        self.instance = instance or os.environ.get("AUTOSCALER_INSTANCE") or f"{os.uname().nodename}:{os.getpid()}"
+        from autoscaler.service import leadership
+
+        self.instance = instance or leadership.instance_id()
         self.status_token = status_token
         self.clock = clock
         self.metrics = ServiceMetrics(instance=self.instance, version=__version__)
         self._set_policy_metrics(loaded.policy, loaded.sha256)
         self.ledger = Ledger(settings.database_url)
-        self.live = LiveLedger(self.ledger)
-        from autoscaler.service import leadership
-
         self.leadership = leadership.leadership_for(settings.database_url, self.instance)
         self.leader_state: leadership.LeaderState | None = None
         self.controller: Controller | None = None
@@ -152,26 +154,9 @@ class Service:
             from autoscaler.adapters.direct_signals import DirectSignals
 
             return DirectSignals(policy)
-        from autoscaler.adapters.prometheus import PrometheusClient, read_signals
+        from autoscaler.adapters.prometheus import PrometheusSignals
 
-        client = PrometheusClient(self.settings.prometheus_url, timeout_s=policy.signals.timeout_s)
-        service = self
-
-        class _Prometheus:
-            def __init__(self) -> None:
-                self.policy = policy
-
-            def set_policy(self, p: Policy) -> None:
-                self.policy = p
-
-            def read(self, now: float, *, expected_groups):
-                return read_signals(self.policy, service.settings.prometheus_url, now,
-                                    expected_groups=expected_groups, client=client)
-
-            def close(self) -> None:
-                client.close()
-
-        return _Prometheus()
+        return PrometheusSignals(policy, self.settings.prometheus_url)
 
     def _executor_factory(self, policy: Policy, live: LiveLedger, run_id: int, epoch: int):
         if policy.actuator.kind is ActuatorKind.ADVISORY:
@@ -201,6 +186,7 @@ class Service:
         return controls
 
     def _become_leader(self, epoch: int) -> None:
+        self._close_signals()  # a leader that lost its lease and won it back: a fresh source
         self.ledger.fence_epoch = epoch
         loaded = self.loaded
         source = "advisory" if loaded.policy.actuator.kind is ActuatorKind.ADVISORY else "live"
@@ -215,6 +201,12 @@ class Service:
         if self.controller is not None:
             log.warning("no longer leading (%s): stopped acting", why)
         self.controller = None
+        self._close_signals()
+
+    def _close_signals(self) -> None:
+        if self._signals is not None and hasattr(self._signals, "close"):
+            self._signals.close()
+        self._signals = None
 
     # ------------------------------------------------------------------ jobs
     def renew(self) -> None:
@@ -232,7 +224,8 @@ class Service:
                     log.error("could not start leading: %s", exc)
                     self.controller = None
         elif not state.leader and self.controller is not None:
-            self._lose_leadership(f"lease held by {state.holder}")
+            with self._tick_lock:  # the tick in progress ends before its signal source is closed
+                self._lose_leadership(f"lease held by {state.holder}")
 
     def tick(self) -> None:
         if not self._tick_lock.acquire(blocking=False):
@@ -347,7 +340,7 @@ class Service:
         from autoscaler.ledger.cost import FleetSize, Prices, cost_of, moment, usage_between
         from autoscaler.ledger.store import fleet_shape
 
-        run = next(r for r in self.ledger.runs(source=c.source) if r.id == c.run_id)
+        run = self.ledger.runs(run_id=c.run_id)[0]
         data = self.ledger.period_data([run], run.started_at, now)
         usage = usage_between(data.intervals[run.id], data.tokens[run.id], moment(run.started_at), moment(now),
                               moment(now))
@@ -358,44 +351,42 @@ class Service:
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:
-        """The /status object, answered from memory and a few small reads (never waits on a tick)."""
-        try:
-            from autoscaler.service.status import build_status
-
-            out = build_status(self.ledger.engine, self.clock(), instance=self.instance)
-        except ImportError:
-            out = {}
-        except RuntimeFailure as exc:
-            out = {"error": str(exc)}
+        """The /status object (never waits on a tick). The leader answers from memory; a standby
+        reads the leader's records from the database (``service.status.build_status``)."""
         state = self.leader_state
         c = self.controller
-        out["instance"] = self.instance
-        out["leader"] = bool(state and state.leader and c is not None and self.leadership.leading())
-        out["epoch"] = int(state.epoch) if state and state.epoch else int(out.get("epoch") or 0)
+        leading = bool(state and state.leader and c is not None and self.leadership.leading())
         good = self.loaded
-        out["policy"] = {"path": good.path, "hash": good.sha256, "loaded_at": out.get("policy", {}).get("loaded_at")
-                         if isinstance(out.get("policy"), dict) else None, "error": self.policy_file.error}
-        if c is not None:
+        if c is None or not leading:
+            try:
+                out = build_status(self.ledger.engine, self.clock(), instance=self.instance)
+            except (RuntimeFailure, SQLAlchemyError) as exc:
+                out = {"error": one_line(exc), "paused": False, "groups": {}, "pin": None, "last_decision": None}
+            loaded_at = (out.get("policy") or {}).get("loaded_at")
+        else:
+            loaded_at = c.policy_loaded_at
             if isinstance(c.executor, Executor):
-                out["groups"] = {n: {"phase": CORE_PHASE[r.phase].value, "since": iso(r.since),
-                                     "cordoned": r.cordoned or n in c.controls.cordoned}
-                                 for n, r in c.executor.records.items()}
+                groups = {n: {"phase": CORE_PHASE[r.phase].value, "since": iso(r.since),
+                              "cordoned": r.cordoned or n in c.controls.cordoned}
+                          for n, r in c.executor.records.items()}
             else:
-                out["groups"] = {n: {"phase": g.phase.value, "since": iso(g.since), "cordoned": n in c.controls.cordoned}
-                                 for n, g in c.executor.fleet_state().groups.items()}
-            out["paused"] = c.controls.paused
+                groups = {n: {"phase": g.phase.value, "since": iso(g.since), "cordoned": n in c.controls.cordoned}
+                          for n, g in c.executor.fleet_state().groups.items()}
             pin = c.controls.pin
-            if pin is not None:
-                out["pin"] = {"groups": pin.groups, "until": iso(pin.until), "by": pin.by, "reason": pin.reason}
             d = c.last_decision
-            if d is not None:
-                out["last_decision"] = {"at": iso(c.last_decision_at), "action": str(d.action),
-                                        "target_groups": d.target_groups, "group": d.group, "reason": str(d.reason),
-                                        "detail": d.detail}
-        out.setdefault("paused", False)
-        out.setdefault("groups", {})
-        out.setdefault("pin", None)
-        out.setdefault("last_decision", None)
+            out = {
+                "paused": c.controls.paused,
+                "groups": groups,
+                "pin": None if pin is None else {"groups": pin.groups, "until": iso(pin.until), "by": pin.by,
+                                                 "reason": pin.reason},
+                "last_decision": None if d is None else {
+                    "at": iso(c.last_decision_at), "action": str(d.action), "target_groups": d.target_groups,
+                    "group": d.group, "reason": str(d.reason), "detail": d.detail},
+            }
+        out["instance"] = self.instance
+        out["leader"] = leading
+        out["epoch"] = int(state.epoch) if state and state.epoch else int(out.get("epoch") or 0)
+        out["policy"] = {"path": good.path, "hash": good.sha256, "loaded_at": loaded_at, "error": self.policy_file.error}
         return out
 
     def healthy(self) -> tuple[bool, str]:
@@ -498,8 +489,7 @@ class Service:
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
-        if self._signals is not None and hasattr(self._signals, "close"):
-            self._signals.close()
+        self._close_signals()
         if self._gateway is not None:
             self._gateway.close()
         self.ledger.close()
