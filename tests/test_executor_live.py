@@ -364,3 +364,26 @@ def test_a_delete_during_a_pending_add_is_repeated_once_the_worker_appears(fleet
         assert len(deletes) >= 2
     finally:
         w.proc.kill()
+
+
+@pytest.mark.parametrize("on_timeout", ["stop", "keep_serving"])
+def test_a_drain_that_times_out_stops_and_counts_the_cut_or_keeps_serving(fleet, gw, on_timeout):
+    f = fleet(drain={"settle_s": 1, "timeout_s": 3, "on_timeout": on_timeout})
+    f.start("g1", "g2")
+    # Long streams (400 tokens at 20 tokens/s: 20 s) outlive the 3 s drain timeout.
+    with StreamingLoad(gw.url, concurrency=6, max_tokens=400, max_requests=6) as load:
+        wait_until(lambda: _in_flight(f.url("g2")) >= 1, 30, what="g2 busy")
+        f.executor.apply(decision(Action.SCALE_DOWN, "g2"))
+        reports = f.reconcile_until(lambda: f.phase("g2") != "draining", 20, what="the drain timed out")
+        if on_timeout == "stop":
+            f.reconcile_until(lambda: f.phase("g2") == "off", 30, what="g2 stopped at the timeout")
+            finished = [d for r in reports for d in r.drains_finished if d[0] == "g2"]
+            assert finished and finished[0][2] >= 1  # the requests cut are counted
+            drained = [e.detail for e in f.ledger.events(f.run_id) if e.group == "g2" and e.event == "drained"]
+            assert drained and "requests cut" in drained[-1]
+        else:
+            f.reconcile_until(lambda: f.phase("g2") == "ready", 30, what="g2 back in service")
+            assert any("kept serving" in a for r in reports for a in r.alerts)
+            assert f.url("g2") in {w["url"] for w in gw.workers()}
+            assert "drain_cancelled" in events(f, "g2")
+        load.stop()
