@@ -63,6 +63,19 @@ def test_trend_projects_the_whole_horizon():
     assert d.inputs["forecast_peak"] == pytest.approx(3.6 + 600 * 3.6 / 585, abs=0.05)
 
 
+def test_trend_projects_only_the_rise_its_fit_bears_out():
+    # Swings between 1 and 8 within minutes (Azure-like) fit a rising line: projected 600 s ahead it
+    # reaches 14.4, which would start two groups. Its residuals are wide: less two standard errors
+    # the projection is 6.5, under the level of 8 the two ready groups carry: no forecast scale-up.
+    policy = make_policy(forecast={"enabled": True, "seasonal_days": 0})
+    values = [1, 2, 1, 3, 1, 2, 8, 2, 1, 7, 3, 1, 8, 2, 6, 1, 8, 3, 7, 8, 2, 8, 3]
+    samples = tuple((T0 - 15 * (len(values) - i), float(v)) for i, v in enumerate(values))
+    d, _ = decide(signals(g1=(4, 0, 0.3), g2=(4, 0, 0.3)), fleet("ready", "ready", "off"), policy,
+                  Memory(demand_samples=samples), T0)
+    assert d.inputs["forecast_basis"] != "trend" and d.inputs["forecast_peak"] < 8.4, d.detail
+    assert d.reason is not Reason.FORECAST_HIGH or "trend" not in d.detail
+
+
 def test_queue_trigger_is_strictly_above_the_limit():
     # Mutation: queued per ready group >= the limit instead of >. One ready group, 1 queued = the
     # limit of 1.0 exactly: no queue_high (and 4 running + 1 queued = 5 <= 6 fits at target 1.0).
@@ -162,6 +175,37 @@ def test_risk_table_recent_rises():
     assert r.probability == pytest.approx(0.05) and r.samples == 40 and r.p_seasonal is None
     # capacity 10: z > 3.5: nothing measured rose that far
     assert exceed_probability(mem, P, T0, 10.0, 615).probability == 0.0
+
+
+def test_seasonal_risk_counts_moments_around_the_time_of_day_not_whole_days():
+    # Seven earlier days at level 3 around this time of day (13 moments a day: +-6 five-minute slots),
+    # lead 615 s = 3 slots ahead, capacity 6: a moment exceeds when its growth (busiest slot ahead + 1)
+    # / (its level + 1) > (6 + 1) / (3 + 1) = 1.75. A burst of 20 one slot after this time of day on
+    # one day lies ahead of 3 of that day's moments: 3 of 91 moments (+ one pseudo-moment at the
+    # recent 0%) = 3.3%, not 1 of 7 days (12.5%, which would hold a group all week at this hour).
+    from autoscaler.core.risk import exceed_probability
+
+    policy = make_policy(forecast={"enabled": True, "seasonal_days": 7})
+    minute, centre = int(T0 // 60), int(T0 // 300)
+
+    def history(burst_days):
+        by_slot = {}
+        for day in range(1, 8):
+            c = centre - day * 288
+            for s in range(c - 10, c + 11):
+                by_slot[s] = 3.0
+            if day in burst_days:
+                by_slot[c + 1] = 20.0
+        return Memory(minute_now=(minute, 3.0, 1), rises_sorted=(0.0,) * 40,
+                      rise_log=tuple((minute - 50 + i, 0.0) for i in range(40)),
+                      demand_by_slot=by_slot, seasonal_skill=(1.0, 1.0))
+
+    r = exceed_probability(history({2}), policy, T0, 6.0, 615)
+    assert r.p_recent == 0.0 and r.seasonal_days == 7 and r.seasonal_weight == 0.5
+    assert r.p_seasonal == pytest.approx(3 / 92)
+    assert r.probability == pytest.approx(0.5 * 3 / 92)
+    # A burst at this hour on every day: 21 of 91 moments, so this hour counts as risky.
+    assert exceed_probability(history(set(range(1, 8))), policy, T0, 6.0, 615).p_seasonal == pytest.approx(21 / 92)
 
 
 def test_budget_burn_makes_scale_downs_careful_or_bold():

@@ -2,7 +2,8 @@
 
 Two sources, both pure functions of the memory:
 - the recent trend: a least-squares line through the demand samples of the last
-  ``forecast.trend_window_s``, projected ``horizon`` seconds ahead;
+  ``forecast.trend_window_s``, projected ``horizon`` seconds ahead, less two standard errors of the
+  fit there (a ramp the samples bear out, not a swing);
 - the same time of day on earlier days (``forecast.seasonal_days``): with ``seasonal_statistic:
   peak`` (the default) the ``seasonal_quantile`` across those days of their busiest 5-minute slot
   within the horizon; with ``rise``, today's level plus that quantile of how much demand rose from
@@ -27,6 +28,9 @@ MAX_STARTUP_SAMPLES = 20
 # The seasonal forecast counts once it has predicted at least as well as persistence lately
 # (core/risk.py's weight >= 0.5).
 SEASONAL_TRUST = 0.5
+# The trend projects a ramp only as far as its fit is sure of: its lower ~97.5% bound (2 standard
+# errors of the fitted line at the horizon).
+TREND_CONFIDENCE_Z = 2.0
 
 
 def p95(values: tuple[float, ...]) -> float:
@@ -115,20 +119,31 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
         return None
     n = len(samples)
     base = samples[0][0]
-    st = sd = stt = std = 0.0
+    st = sd = stt = std = sdd = 0.0
     for t, d in samples:  # one pass; times relative to the first sample to keep precision
         t -= base
         st += t
         sd += d
         stt += t * t
         std += t * d
+        sdd += d * d
     var = stt - st * st / n
     if var <= 1e-9:
         return None
-    slope = (std - st * sd / n) / var
+    sxy = std - st * sd / n
+    slope = sxy / var
     mt, md = base + st / n, sd / n
     level = md + slope * (now - mt)
-    return max(0.0, level), max(0.0, level + slope * horizon)
+    projection = level + slope * horizon
+    if slope > 0:
+        # Only the rise the samples bear out: the projection less TREND_CONFIDENCE_Z standard errors
+        # of the fitted line there (residual variance over n - 2), never below the level. Swings of
+        # 1 to 8 within minutes fit a steep line with wide errors: no ramp; a steady rise fits a
+        # line with narrow ones and keeps most of its projection.
+        residual = max(0.0, (sdd - sd * sd / n) - slope * sxy) / (n - 2)
+        x = now + horizon - mt
+        projection = max(level, projection - TREND_CONFIDENCE_Z * math.sqrt(residual * (1.0 / n + x * x / var)))
+    return max(0.0, level), max(0.0, projection)
 
 
 def _quantile(values: list[float], q: float) -> float:

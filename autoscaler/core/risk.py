@@ -10,10 +10,13 @@ carry? It is estimated from the fleet's own history, with two sources:
   rise of 3 from level 8 is z = 3 / sqrt(9) = 1.0, i.e. a rise of 2 from level 3).
   P_recent = the share of those moments whose rise, applied to today's level, would exceed the
   remaining capacity.
-- **the same time of day on earlier days**: for each of ``forecast.seasonal_days``, that day's
-  growth from its level just before this time of day to its busiest 5-minute slot within the lead
-  time, applied to today's level. P_seasonal = the share of days that would exceed (with one
-  pseudo-day at P_recent).
+- **the same time of day on earlier days**: for each of ``forecast.seasonal_days``, and each
+  5-minute slot within ``SEASONAL_WINDOW_SLOTS`` of this time of day on that day (13 moments a
+  day), the growth from that moment's level to its busiest slot within the lead time after it,
+  applied to today's level. P_seasonal = the share of those moments that would exceed (with one
+  pseudo-moment at P_recent). Thirteen moments a day, not one: a single burst on one of seven days
+  is 1 of 91 moments (1.1%), not 1 of 7 days (14%), which alone would hold a group for the whole
+  week at that hour; and a time of day that is busy on most days still counts as busy.
 
 The seasonal share earns its weight by how well it predicted recently: at every slot that closes,
 the seasonal prediction for it and the persistence prediction made one lead time before it are
@@ -58,6 +61,7 @@ PRIOR_RISES = 30
 SKILL_HALF_LIFE_SLOTS = 288.0  # one day of 5-minute slots
 BURN_HALF_LIFE_S = 6 * 3600.0
 MAX_BOLDNESS = 4.0
+SEASONAL_WINDOW_SLOTS = 6  # +-30 minutes around this time of day on each earlier day
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,32 +157,39 @@ def seasonal_peaks_memo(memory: Memory, policy: Policy, now: float, lead_s: floa
     memo = memory.seasonal_peaks_memo
     if memo is not None and memo[:2] == key:
         return memory
-    return memory.with_(seasonal_peaks_memo=(*key, tuple(_seasonal_peaks(memory, policy, now, lead_s))))
+    return memory.with_(seasonal_peaks_memo=(*key, *_seasonal_peaks(memory, policy, now, lead_s)))
 
 
-def seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> list[tuple[float, float]] | tuple:
-    """Per earlier day with data: (its level just before this time of day, its busiest slot within
-    the lead time after it)."""
+def seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> tuple[tuple[float, ...], int]:
+    """(the growths of the moments around this time of day on earlier days, sorted; how many days
+    they come from). A moment's growth is (its busiest slot within the lead time + 1) / (its level
+    + 1): level 4, busiest 9 -> 2.0."""
     memo = memory.seasonal_peaks_memo
     if memo is not None and memo[:2] == (int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S))):
-        return memo[2]
+        return memo[2], memo[3]
     return _seasonal_peaks(memory, policy, now, lead_s)
 
 
-def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> list[tuple[float, float]]:
+def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> tuple[tuple[float, ...], int]:
     by_slot = memory.demand_by_slot
     days = policy.forecast.seasonal_days
     if not by_slot or days == 0:
-        return []
+        return (), 0
     ahead = max(1, math.ceil(lead_s / SLOT_S))
-    out = []
+    growths: list[float] = []
+    days_used = 0
     for day in range(1, days + 1):
-        then = int((now - day * DAY_S) // SLOT_S)
-        level = _slot_level(by_slot, then)
-        peaks = [by_slot[s] for s in range(then + 1, then + ahead + 1) if s in by_slot]
-        if level is not None and peaks:
-            out.append((level, max(peaks)))
-    return out
+        centre = int((now - day * DAY_S) // SLOT_S)
+        found = False
+        for then in range(centre - SEASONAL_WINDOW_SLOTS, centre + SEASONAL_WINDOW_SLOTS + 1):
+            level = _slot_level(by_slot, then)
+            peaks = [by_slot[s] for s in range(then + 1, then + ahead + 1) if s in by_slot]
+            if level is not None and peaks:
+                growths.append((max(peaks) + 1.0) / (level + 1.0))
+                found = True
+        days_used += found
+    growths.sort()
+    return tuple(growths), days_used
 
 
 def seasonal_weight(memory: Memory) -> float:
@@ -237,17 +248,18 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
     else:
         prior = 0.5 * math.erfc((z_at - PRIOR_Z_MEAN) / (PRIOR_Z_SD * math.sqrt(2.0)))
         p_recent = (n * measured + (PRIOR_RISES - n) * prior) / PRIOR_RISES
-    days = seasonal_peaks(memory, policy, now, lead_s) if policy.forecast.enabled else []
-    weight = seasonal_weight(memory) if days else 0.0
+    growths, days = seasonal_peaks(memory, policy, now, lead_s) if policy.forecast.enabled else ((), 0)
+    weight = seasonal_weight(memory) if growths else 0.0
     p_seasonal = None
-    if days:
-        # Each day's growth from its level to its busiest slot (both 5-minute maxima), applied to
-        # today's level: day level 4, peak 9, today 3 -> (3 + 1) x (9 + 1) / (4 + 1) - 1 = 7.
-        # Counted with one pseudo-day at the recent estimate, so that one day of seven is not 14%.
-        over = sum((level + 1.0) * (peak + 1.0) / (lvl + 1.0) - 1.0 > capacity for lvl, peak in days)
-        p_seasonal = (over + p_recent) / (len(days) + 1)
+    if growths:
+        # Each moment's growth from its level to its busiest slot (both 5-minute maxima), applied
+        # to today's level: growth 2.0, today 3 -> (3 + 1) x 2.0 - 1 = 7, which exceeds capacity 6.
+        # Exceeds when growth > (capacity + 1) / (level + 1). Counted with one pseudo-moment at the
+        # recent estimate, so that no history is ever 0% or 100%.
+        over = len(growths) - bisect_right(growths, (capacity + 1.0) / (level + 1.0))
+        p_seasonal = (over + p_recent) / (len(growths) + 1)
     p = (1 - weight) * p_recent + weight * (p_seasonal or 0.0)
-    return Risk(p, p_recent, p_seasonal, weight, len(ordered), len(days))
+    return Risk(p, p_recent, p_seasonal, weight, len(ordered), days)
 
 
 def record_burn(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, running: float,

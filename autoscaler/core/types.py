@@ -170,9 +170,10 @@ class Memory:
     seasonal_skill: tuple[float, float] | None = None
     # The error budget's burn: (estimated capacity misses, arrivals, at), exponentially weighted.
     budget_burn: tuple[float, float, float] | None = None
-    # Each earlier day's (level, busiest slot within the lead time) for (this slot, slots ahead):
-    # they change only when a slot ends, so they are computed once per slot (derived, not serialised).
-    seasonal_peaks_memo: tuple[int, int, tuple[tuple[float, float], ...]] | None = None
+    # (this slot, slots ahead, the sorted growths of the moments around this time of day on earlier
+    # days, the days they come from; core/risk.py): they change only when a slot ends, so they are
+    # computed once per slot (derived, not serialised).
+    seasonal_peaks_memo: tuple[int, int, tuple[float, ...], int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
