@@ -145,12 +145,6 @@ def level_now(memory: Memory) -> float | None:
     return max(cur[1] / cur[2], last)
 
 
-def _slot_level(by_slot, slot: int) -> float | None:
-    """A day's level just before a slot: the busier of the two slots before it."""
-    vals = [by_slot[s] for s in (slot - 1, slot) if s in by_slot]
-    return max(vals) if vals else None
-
-
 def seasonal_peaks_memo(memory: Memory, policy: Policy, now: float, lead_s: float) -> Memory:
     """Memory whose ``seasonal_peaks_memo`` holds ``seasonal_peaks`` for this slot and lead time."""
     key = (int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S)))
@@ -176,16 +170,21 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
     if not by_slot or days == 0:
         return (), 0
     ahead = max(1, math.ceil(lead_s / SLOT_S))
+    w = SEASONAL_WINDOW_SLOTS
     growths: list[float] = []
     days_used = 0
+    get = by_slot.get
     for day in range(1, days + 1):
         centre = int((now - day * DAY_S) // SLOT_S)
+        # The day's slots from one before the first moment to the last moment's lead time, read once:
+        # moment k (slot centre - w + k) has its level at k, k + 1 and its slots ahead at k + 2 ...
+        row = [get(s) for s in range(centre - w - 1, centre + w + ahead + 1)]
         found = False
-        for then in range(centre - SEASONAL_WINDOW_SLOTS, centre + SEASONAL_WINDOW_SLOTS + 1):
-            level = _slot_level(by_slot, then)
-            peaks = [by_slot[s] for s in range(then + 1, then + ahead + 1) if s in by_slot]
-            if level is not None and peaks:
-                growths.append((max(peaks) + 1.0) / (level + 1.0))
+        for k in range(2 * w + 1):
+            before = [v for v in row[k:k + 2] if v is not None]
+            peaks = [v for v in row[k + 2:k + 2 + ahead] if v is not None]
+            if before and peaks:
+                growths.append((max(peaks) + 1.0) / (max(before) + 1.0))
                 found = True
         days_used += found
     growths.sort()
