@@ -209,15 +209,26 @@ def test_seasonal_risk_counts_moments_around_the_time_of_day_not_whole_days():
 
 
 def test_budget_burn_makes_scale_downs_careful_or_bold():
-    # budget 1%: nothing spent -> 4% allowed; misses at 2% of arrivals -> burn 2 -> 0.5% allowed;
-    # at 8% -> the floor of a quarter: 0.25%.
+    # budget 1%, with the prior of 10 misses in 1,000 arrivals: nothing spent in 100,000 arrivals ->
+    # burn 10 / 101,000 / 1% = 0.0099 -> 4% allowed; misses at 2% -> burn (2,000 + 10) / 101,000 / 1%
+    # = 1.99 -> 0.5% allowed; at 8% -> the floor of a quarter: 0.25%.
     from autoscaler.core.risk import allowed_risk
 
-    assert allowed_risk(Memory(budget_burn=(0.0, 1000.0, T0)), P)[0] == pytest.approx(0.04)
-    allowed, burn = allowed_risk(Memory(budget_burn=(20.0, 1000.0, T0)), P)
-    assert (allowed, burn) == (pytest.approx(0.005), pytest.approx(2.0))
-    assert allowed_risk(Memory(budget_burn=(80.0, 1000.0, T0)), P)[0] == pytest.approx(0.0025)
+    assert allowed_risk(Memory(budget_burn=(0.0, 100_000.0, T0)), P)[0] == pytest.approx(0.04)
+    allowed, burn = allowed_risk(Memory(budget_burn=(2000.0, 100_000.0, T0)), P)
+    assert (allowed, burn) == (pytest.approx(0.01 / 1.99, rel=1e-3), pytest.approx(1.99, rel=1e-3))
+    assert allowed_risk(Memory(budget_burn=(8000.0, 100_000.0, T0)), P)[0] == pytest.approx(0.0025)
     assert allowed_risk(Memory(), P) == (pytest.approx(0.01), None)  # unmeasured: the budget itself
+
+
+def test_boldness_is_earned_not_granted_on_thin_evidence():
+    # A fresh fleet, 1,000 arrivals without a miss: burn (0 + 10) / (1,000 + 1,000) / 1% = 0.5, so
+    # twice the budget (2%), not four times; 3,000 arrivals without a miss earn the full 4x.
+    from autoscaler.core.risk import allowed_risk
+
+    allowed, burn = allowed_risk(Memory(budget_burn=(0.0, 1000.0, T0)), P)
+    assert (allowed, burn) == (pytest.approx(0.02), pytest.approx(0.5))
+    assert allowed_risk(Memory(budget_burn=(0.0, 3000.0, T0)), P)[0] == pytest.approx(0.04)
 
 
 def test_cold_start_drains_within_minutes_on_a_compressed_policy():

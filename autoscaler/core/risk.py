@@ -31,9 +31,12 @@ that missed because of capacity from its signals: the arrivals over the tick (re
 times the share of requests in the system that were queued (queued / (running + queued)), when the
 queue wait at the SLO percentile was above ``scale_up.slo_burn_min_queue_wait_s`` and fewer groups
 than the ceiling were active (at the ceiling, misses are not the scaling's doing). Burn = that
-share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget. A scale-down
-may take risk up to budget x min(4, max(1/4, 1 / burn)): a budget burning twice as fast as allowed
-halves the risk it may take; an unspent one allows 4 times the budget.
+share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget, counted with
+a prior of ``BURN_PRIOR_MISSES`` misses spent exactly at the budget (at 1%: 10 misses in 1,000
+arrivals), so that boldness is earned: a fresh fleet starts at burn 1, and 1,000 arrivals without
+a miss halve it, not zero it. A scale-down may take risk up to budget x min(4, max(1/4, 1 / burn)):
+a budget burning twice as fast as allowed halves the risk it may take; one left unspent over
+3,000 arrivals or more (at 1%) allows 4 times the budget.
 
 Everything here is a pure function of (memory, policy, numbers); the memory holds only tuples and
 floats, so it serialises to JSON (Memory.to_dict) and back (adapters.snapshot_file).
@@ -61,6 +64,7 @@ PRIOR_RISES = 30
 SKILL_HALF_LIFE_SLOTS = 288.0  # one day of 5-minute slots
 BURN_HALF_LIFE_S = 6 * 3600.0
 MAX_BOLDNESS = 4.0
+BURN_PRIOR_MISSES = 10.0  # the burn's prior: this many misses, in as many arrivals as spend them at the budget
 SEASONAL_WINDOW_SLOTS = 6  # +-30 minutes around this time of day on each earlier day
 
 
@@ -293,11 +297,13 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
 
 
 def burn_rate(memory: Memory, policy: Policy) -> float | None:
-    """Recent capacity misses as a multiple of the budget (1.0: spending exactly the budget)."""
+    """Recent capacity misses as a multiple of the budget (1.0: spending exactly the budget), with
+    the prior: budget 1%, 20 misses in 1,000 arrivals -> (20 + 10) / (1,000 + 1,000) = 1.5%: 1.5."""
     b = memory.budget_burn
     if b is None or b[1] <= 0:
         return None
-    return (b[0] / b[1]) / (policy.slo.capacity_miss_budget_pct / 100.0)
+    budget = policy.slo.capacity_miss_budget_pct / 100.0
+    return ((b[0] + BURN_PRIOR_MISSES) / (b[1] + BURN_PRIOR_MISSES / budget)) / budget
 
 
 def allowed_risk(memory: Memory, policy: Policy) -> tuple[float, float | None]:
@@ -306,5 +312,5 @@ def allowed_risk(memory: Memory, policy: Policy) -> tuple[float, float | None]:
     burn = burn_rate(memory, policy)
     if burn is None:
         return budget, None
-    factor = MAX_BOLDNESS if burn <= 0 else min(MAX_BOLDNESS, max(1.0 / MAX_BOLDNESS, 1.0 / burn))
+    factor = min(MAX_BOLDNESS, max(1.0 / MAX_BOLDNESS, 1.0 / burn))
     return budget * factor, burn
