@@ -53,9 +53,6 @@ from autoscaler.core.victim import choose_victim, groups_to_start
 from autoscaler.policy.model import Policy
 
 HOUR_S = 3600.0
-# A group is started ahead of demand when it is more likely than not to be needed within one lead
-# time (core/risk.py's estimate against the active groups' capacity).
-ANTICIPATE_ABOVE = 0.5
 _EPS = 1e-9
 
 # Signals each step reads. Scale-ups use whatever is available; scale-downs need all of these clean.
@@ -300,19 +297,6 @@ def _scale_up(t: _Tick):
                 wants.append((need_fc, Reason.FORECAST_HIGH,
                               f"forecast demand {_fmt(t.fc.peak)} ({t.fc.basis}) within {_fmt(t.fc.horizon_s)} s "
                               f"> {t.active} groups x {_fmt(t.per_group)}; needs {need_fc}", True))
-        if policy.forecast.enabled and t.demand is not None and t.active < t.bounds.ceiling:
-            # Ramps anticipated on the same measured risk as the scale-downs: when demand is more
-            # likely than not to exceed the active groups within one lead time, start one now.
-            cap_now = t.active * t.per_group
-            up_risk = exceed_probability(t.memory, policy, t.now, cap_now, t.risk_horizon)
-            if up_risk is not None and up_risk.probability > ANTICIPATE_ABOVE:
-                wants.append((t.active + 1, Reason.FORECAST_HIGH,
-                              f"P(demand > {_fmt(cap_now)} within {_fmt(t.risk_horizon)} s) = "
-                              f"{_fmt_pct(up_risk.probability)} > {ANTICIPATE_ABOVE:.0%} "
-                              f"(recent {_fmt_pct(up_risk.p_recent)}"
-                              + ("" if up_risk.p_seasonal is None else
-                                 f", seasonal {_fmt_pct(up_risk.p_seasonal)} x weight {up_risk.seasonal_weight:.2f}")
-                              + ")", True))
     fleet = t.signals.fleet
     capacity_miss = False
     if up.on_slo_burn and ready and fleet.ttft_p99_s is not None and fleet.ttft_p99_s > policy.slo.ttft_target_s:
