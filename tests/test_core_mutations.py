@@ -76,6 +76,16 @@ def test_trend_projects_only_the_rise_its_fit_bears_out():
     assert d.reason is not Reason.FORECAST_HIGH or "trend" not in d.detail
 
 
+def test_trend_waits_for_a_whole_window_of_samples():
+    # The same clean ramp as above, seen for 300 s of the 600 s window (a fresh controller): no trend
+    # yet; for 585 s (the window, less one 15 s tick): the trend.
+    from autoscaler.core.forecast import _trend
+
+    ramp = [(T0 - 585 + 15 * i, 3.6 * i / 39) for i in range(40)]
+    assert _trend(tuple(ramp[-21:]), T0, 600, 600) is None
+    assert _trend(tuple(ramp), T0, 600, 600) is not None
+
+
 def test_queue_trigger_is_strictly_above_the_limit():
     # Mutation: queued per ready group >= the limit instead of >. One ready group, 1 queued = the
     # limit of 1.0 exactly: no queue_high (and 4 running + 1 queued = 5 <= 6 fits at target 1.0).

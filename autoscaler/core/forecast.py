@@ -115,9 +115,12 @@ class ForecastResult:
 
 def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float, window: float):
     """(level at now, projection at now + horizon) from a least-squares line, or None if too little data."""
-    if len(samples) < 4 or samples[-1][0] - samples[0][0] < window / 2:
-        return None
+    # A whole window of samples (its span plus one sample interval), not part of one: a fresh
+    # controller, or a replay's first minutes while the fleet fills, would read a ramp into the
+    # first few minutes' noise and extrapolate it twice as far as it has seen.
     n = len(samples)
+    if n < 4 or (samples[-1][0] - samples[0][0]) * n / (n - 1) < 0.95 * window:
+        return None
     base = samples[0][0]
     st = sd = stt = std = sdd = 0.0
     for t, d in samples:  # one pass; times relative to the first sample to keep precision
