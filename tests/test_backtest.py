@@ -376,3 +376,24 @@ def test_controllers_see_signals_one_scrape_old(tick, scrape):
     # sees the scrape taken exactly scrape_interval_s before it
     late = [(now, at) for now, at in rec.seen if now - scrape >= 0]
     assert late and all(now - at == pytest.approx(scrape) for now, at in late), rec.seen[:6]
+
+
+def test_the_backtest_hands_the_core_the_traces_own_clock():
+    # A trace without absolute times starts on Monday 2026-01-05 00:00 UTC (docs/interfaces.md, "Time
+    # in traces"). A Monday 09:00-10:00 window raising the floor to 3 applies at 09:00 of the replay:
+    # the core sees the trace's UTC dates, not seconds since 1970-01-01 (a Thursday, when a Monday
+    # window never opens).
+    from autoscaler.core import Action, Reason
+    from autoscaler.sim.backtest import backtest
+
+    t = np.arange(0.0, 11 * 3600.0, 60.0)  # a trickle: one short request a minute for 11 hours
+    trace = handmade(t, [200] * len(t), [20] * len(t), span=(0.0, 11 * 3600.0))
+    policy = make_policy(schedules={"windows": [{"name": "monday-standup", "days": ["mon"], "start": "09:00",
+                                                 "end": "10:00", "floor_groups": 3}]})
+    ours = backtest(trace, 1.0, policy, compare=False, keep_decisions=True, workers=1)["ours"]
+    ups = [(now, d) for now, d in ours.controller.decisions if d.action is Action.SCALE_UP]
+    assert ups and ups[0][1].reason is Reason.BELOW_FLOOR, [(n, d.reason) for n, d in ups]
+    assert 9 * 3600 <= ups[0][0] < 9 * 3600 + 15 and ups[0][1].inputs["floor_source"] == "window monday-standup"
+    # Before 09:00 the trickle drained the fleet to its floor of 1.
+    before = [d for now, d in ours.controller.decisions if 8 * 3600 <= now < 9 * 3600]
+    assert before and all(d.inputs["active"] == 1 for d in before)

@@ -229,7 +229,7 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
         workers = default_workers() if len(trace) >= PARALLEL_MIN_REQUESTS else 1
     workers = min(workers, len(refs) + 1)
     if workers <= 1 or not can_fork():
-        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions), factor, seed,
+        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions, trace.start_epoch_s), factor, seed,
                                 prog("ours"))}
         for name in refs:
             runs[name] = here(name)
@@ -265,7 +265,7 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
 
         for _ in range(workers - 1):
             feed()
-        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions), factor, seed,
+        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions, trace.start_epoch_s), factor, seed,
                                 prog("ours"))}
         while (left := take()) is not None:
             done[left] = here(left)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import replace
 from operator import itemgetter
 
 import numpy as np
@@ -17,19 +18,40 @@ from autoscaler.sim.traces import Trace
 
 
 class CoreController:
-    """The live service's decision core, on virtual time."""
+    """The live service's decision core, on virtual time.
 
-    def __init__(self, policy: Policy, keep_decisions: bool = False):
+    The replay's times are seconds since the trace's start; the core is handed UTC epoch seconds
+    (``epoch_s``, the trace's ``start_epoch_s``, plus the replay's time), as the live service hands
+    it the clock: schedule windows, freezes and pins fall on the trace's own dates and times of
+    day, and its minutes and 5-minute slots on the clock's. Decisions are kept on the replay's time.
+    """
+
+    def __init__(self, policy: Policy, keep_decisions: bool = False, epoch_s: float = 0.0):
         self.policy = policy
         self.period_s = policy.scaling.tick_interval_s
         self.memory = Memory()
         self.keep = keep_decisions
+        self.epoch_s = epoch_s
         self.decisions: list[tuple[float, Decision]] = []
         self.counts: dict[str, int] = {}
         self._keys: dict[tuple[Action, Reason], str] = {}  # (action, reason) -> "action:reason"
+        self._fleet_in: FleetState | None = None  # the replay hands the same fleet out while no group changed
+        self._fleet_out: FleetState | None = None
+
+    def _on_clock(self, signals: SignalSnapshot, fleet: FleetState) -> tuple[SignalSnapshot, FleetState]:
+        """The replay's signals and fleet with their times on the UTC clock."""
+        epoch = self.epoch_s
+        if fleet is not self._fleet_in:
+            self._fleet_in = fleet
+            self._fleet_out = FleetState({name: replace(g, since=g.since + epoch) for name, g in fleet.groups.items()},
+                                         fleet.synced)
+        assert self._fleet_out is not None
+        return replace(signals, at=signals.at + epoch), self._fleet_out
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        decision, self.memory = decide(signals, fleet, self.policy, self.memory, now)
+        if self.epoch_s:
+            signals, fleet = self._on_clock(signals, fleet)
+        decision, self.memory = decide(signals, fleet, self.policy, self.memory, now + self.epoch_s)
         pair = (decision.action, decision.reason)
         key = self._keys.get(pair)
         if key is None:
