@@ -1,5 +1,6 @@
-"""Apply each of the twelve surviving core mutations of issue 11 in turn, run the test that must
-catch it, and restore the file: every line must say KILLED.
+"""Apply each of the twelve surviving core mutations of issue 11 in turn, and four of the measured
+core's later mechanisms (the seasonal moments, the trend's supported rise and whole window, the
+burn's prior), run the test that must catch it, and restore the file: every line must say KILLED.
 
     .venv/bin/python bench/core_mutations.py
 """
@@ -9,7 +10,7 @@ import sys
 M = [
  ("autoscaler/core/victim.py", "return (kv, load, -order)", "return (load, kv, -order)", "test_victim_key_is_kv_before_load"),
  ("autoscaler/core/decide.py", "self.lead = lead_time_s(policy, memory)", 'self.lead = (policy.fleet.startup_expected_s, "fleet.startup_expected_s")', "test_decide_uses_the_measured_p95_lead_time"),
- ("autoscaler/core/forecast.py", "max(0.0, level + slope * horizon)", "max(0.0, level + slope * horizon / 2)", "test_trend_projects_the_whole_horizon"),
+ ("autoscaler/core/forecast.py", "projection = level + slope * horizon", "projection = level + slope * horizon / 2", "test_trend_projects_the_whole_horizon"),
  ("autoscaler/core/decide.py", "queued / ready > up.queued_per_group_above", "queued / ready >= up.queued_per_group_above", "test_queue_trigger_is_strictly_above_the_limit"),
  ("autoscaler/core/decide.py", "disruptions=t.memory.disruptions + tuple(t.now for n in names if n not in reclaimed)", "disruptions=t.memory.disruptions", "test_scale_ups_count_against_the_disruption_budget"),
  ("autoscaler/core/bounds.py", "if w.floor_groups is not None and w.floor_groups > floor:", "if w.floor_groups is not None:", "test_overlapping_windows_take_the_highest_floor"),
@@ -19,6 +20,10 @@ M = [
  ("autoscaler/core/forecast.py", "while drop < len(samples) and samples[drop][0] <= cutoff:", "while False:", "test_trend_window_is_pruned"),
  ("autoscaler/core/forecast.py", "by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])", "pass", "test_live_ticks_fold_into_the_seasonal_history"),
  ("autoscaler/core/victim.py", 'kv = signals.kv_usage if signals.kv_usage is not None else float("inf")', "kv = signals.kv_usage if signals.kv_usage is not None else 0.0", "test_unknown_kv_is_drained_last"),
+ ("autoscaler/core/risk.py", "SEASONAL_WINDOW_SLOTS = 6", "SEASONAL_WINDOW_SLOTS = 0", "test_seasonal_risk_counts_moments_around_the_time_of_day_not_whole_days"),
+ ("autoscaler/core/forecast.py", "TREND_CONFIDENCE_Z = 2.0", "TREND_CONFIDENCE_Z = 0.0", "test_trend_projects_only_the_rise_its_fit_bears_out"),
+ ("autoscaler/core/forecast.py", "< 0.95 * window", "< 0.45 * window", "test_trend_waits_for_a_whole_window_of_samples"),
+ ("autoscaler/core/risk.py", "BURN_PRIOR_MISSES = 10.0", "BURN_PRIOR_MISSES = 1e-9", "test_boldness_is_earned_not_granted_on_thin_evidence"),
 ]
 bad = 0
 for path, old, new, test in M:

@@ -64,16 +64,17 @@ def test_trend_projects_the_whole_horizon():
 
 
 def test_trend_projects_only_the_rise_its_fit_bears_out():
-    # Swings between 1 and 8 within minutes (Azure-like) fit a rising line: projected 600 s ahead it
-    # reaches 14.4, which would start two groups. Its residuals are wide: less two standard errors
-    # the projection is 6.5, under the level of 8 the two ready groups carry: no forecast scale-up.
+    # Ten quiet minutes that turn into swings between 1 and 8 (Azure-like) fit a rising line: projected
+    # 600 s ahead it reaches 10.9, which would start a third group (2 x 4.2 = 8.4). Its residuals are
+    # wide: less two standard errors the projection is 7.4, under today's 8: no forecast scale-up.
     policy = make_policy(forecast={"enabled": True, "seasonal_days": 0})
-    values = [1, 2, 1, 3, 1, 2, 8, 2, 1, 7, 3, 1, 8, 2, 6, 1, 8, 3, 7, 8, 2, 8, 3]
+    values = [1, 2, 1, 2, 1, 3, 1, 1, 2, 1, 2, 1, 3, 1, 2, 1,
+              1, 2, 1, 3, 1, 2, 8, 2, 1, 7, 3, 1, 8, 2, 6, 1, 8, 3, 7, 8, 2, 8, 3]
     samples = tuple((T0 - 15 * (len(values) - i), float(v)) for i, v in enumerate(values))
     d, _ = decide(signals(g1=(4, 0, 0.3), g2=(4, 0, 0.3)), fleet("ready", "ready", "off"), policy,
                   Memory(demand_samples=samples), T0)
-    assert d.inputs["forecast_basis"] != "trend" and d.inputs["forecast_peak"] < 8.4, d.detail
-    assert d.reason is not Reason.FORECAST_HIGH or "trend" not in d.detail
+    assert d.inputs["forecast_basis"] == "current" and d.inputs["forecast_peak"] == 8.0, d.detail
+    assert d.action is Action.HOLD, d.detail
 
 
 def test_trend_waits_for_a_whole_window_of_samples():
