@@ -85,6 +85,7 @@ class StaticController:
 
 
 _DESIRED = itemgetter(1)  # (time, desired) -> desired
+_READY, _STARTING = Phase.READY, Phase.STARTING
 
 
 class HpaController:
@@ -115,16 +116,22 @@ class HpaController:
         ready: list = []  # the ready groups, and the starting ones counted, in one pass
         starting = 0
         for g in fleet.groups.values():
-            if g.phase == Phase.READY:
+            if g.phase == _READY:
                 ready.append(g)
-            elif g.phase == Phase.STARTING:
+            elif g.phase == _STARTING:
                 starting += 1
         current = len(ready) + starting
-        loads = [signals.groups.get(g.name) for g in ready]
-        if not ready or any(s is None or s.running is None for s in loads):
+        if not ready:
             return [], []
-        # every load is known here (checked above; `or 0.0` only for the type checker: queued may be None)
-        metric = sum([(s.running or 0.0) + (s.queued or 0.0) for s in loads if s is not None]) / len(ready)
+        # metric: running + queued over the ready groups (in their order), once every load is known
+        total = 0.0
+        loads = signals.groups
+        for g in ready:
+            s = loads.get(g.name)
+            if s is None or s.running is None:
+                return [], []
+            total += s.running + (s.queued or 0.0)
+        metric = total / len(ready)
         ratio = metric / (self.target * fleet_p.requests_per_group)
         desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
         desired = min(max(desired, fleet_p.floor_groups), fleet_p.ceiling_groups)
@@ -133,8 +140,9 @@ class HpaController:
             self.history.popleft()
         if desired > current:
             return groups_to_start(fleet, desired - current), []
-        stabilized = max(self.history, key=_DESIRED)[1]
-        if stabilized < current:
+        # The highest desired of the window is at least this tick's: no scale-down unless it is below
+        # the current count (most ticks it is not, and the window need not be read).
+        if desired < current and (stabilized := max(self.history, key=_DESIRED)[1]) < current:
             victims, pool = [], list(ready)
             for _ in range(min(current - stabilized, len(pool) - 0)):
                 v = choose_victim(pool, self.order, dict(signals.groups))
