@@ -41,7 +41,7 @@ from autoscaler.policy.model import OnDrainTimeout, Policy
 from autoscaler.sim.traces import Trace
 
 BLOCK_TOKENS = 512  # Mooncake's hash_ids are 512-token blocks
-_STARTING = Phase.STARTING
+_STARTING, _DRAINING = Phase.STARTING, Phase.DRAINING
 _heappush, _heapreplace = heapq.heappush, heapq.heapreplace
 
 
@@ -244,12 +244,15 @@ class _Replay:
         report_every = max(1, n // 100)
         route, place, remember = self._route, self._place, self._remember  # bound once: 300,000 calls
         remembers = self.blocks is not None or self.sessions is not None  # a trace with prefixes or sessions
+        due = min(self.next_tick, self.next_scrape, self.next_ready)  # the clock's next event
         for i in range(n):
             a = t_arr[i]
-            if a >= self.next_tick or a >= self.next_scrape:
-                self._catch_up(a)
-            if a >= self.next_ready:
-                self._promote(a)
+            if a >= due:  # (only the clock and the groups' start-ups move these, never a request)
+                if a >= self.next_tick or a >= self.next_scrape:
+                    self._catch_up(a)
+                if a >= self.next_ready:
+                    self._promote(a)
+                due = min(self.next_tick, self.next_scrape, self.next_ready)
             if progress is not None and i % report_every == 0:
                 progress(i / n)
             group, cached = route(i, a)
@@ -412,8 +415,8 @@ class _Replay:
         the group serving, per ``drain.on_timeout``). -> (starting, still draining) counts."""
         starting = draining = 0
         for g in self.groups:
-            if g.phase is not Phase.DRAINING:
-                if g.phase is Phase.STARTING:
+            if g.phase is not _DRAINING:
+                if g.phase is _STARTING:
                     starting += 1
                 continue
             deadline = g.drain_deadline
@@ -455,20 +458,20 @@ class _Replay:
         starting, draining = self._settle_drains(now)
         self.tick_rows.append((now, demand, len(self.serving), starting, draining))
 
-    def _load(self, g: _Group, now: float) -> tuple[float, float]:
-        """(running, queued) of a serving group at ``now``."""
-        g.settle(now)
-        k = len(g.inflight)
-        running = float(min(k, self.slots_n))
-        return running, float(k - running)
-
+    # A group's load at ``now`` (``_demand`` and ``_snapshot``, written out in both: they run at every
+    # tick and scrape): settle it, then running = min(in system, slots), queued = the rest.
     def _demand(self, now: float) -> float:
         """running + queued over the serving groups, as the snapshot adds them up, for the tick rows."""
         running_total = queued_total = 0.0
+        slots_n = self.slots_n
         for g in self.serving:
-            running, queued = self._load(g, now)
+            inflight = g.inflight
+            if inflight and inflight[0][0] <= now:
+                g.settle(now)
+            k = len(inflight)
+            running = float(k if k < slots_n else slots_n)
             running_total += running
-            queued_total += queued
+            queued_total += k - running
         return running_total + queued_total
 
     def _snapshot(self, now: float) -> SignalSnapshot:
@@ -476,13 +479,19 @@ class _Replay:
         latency.advance(now)
         per: dict[str, GroupSignals] = {}
         running_total = queued_total = 0.0
+        slots_n, cap_tokens = self.slots_n, self.cap_tokens
         for g in self.serving:
-            running, queued = self._load(g, now)
+            inflight = g.inflight
+            if inflight and inflight[0][0] <= now:
+                g.settle(now)
+            k = len(inflight)
             tokens = g.cache_tokens + g.ctx_tokens
-            if running + queued == 0 and tokens == 0:
+            if k == 0 and tokens == 0:
                 per[g.name] = self.idle
                 continue
-            per[g.name] = GroupSignals(running=running, queued=queued, kv_usage=min(1.0, tokens / self.cap_tokens))
+            running = float(k if k < slots_n else slots_n)
+            queued = k - running
+            per[g.name] = GroupSignals(running, queued, min(1.0, tokens / cap_tokens))
             running_total += running
             queued_total += queued
         ttft_p = queue_p = None
