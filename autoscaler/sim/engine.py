@@ -31,7 +31,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 import numpy as np
@@ -43,6 +43,40 @@ from autoscaler.sim.traces import Trace
 BLOCK_TOKENS = 512  # Mooncake's hash_ids are 512-token blocks
 _STARTING, _DRAINING = Phase.STARTING, Phase.DRAINING
 _heappush, _heapreplace = heapq.heappush, heapq.heapreplace
+
+
+# Every scrape builds a GroupSignals per serving group, one for the fleet and a SignalSnapshot
+# (~320,000 values in a 14-day replay). A frozen dataclass's __init__ sets each field with
+# object.__setattr__, which looks the field up by name each time; writing through the fields' slot
+# descriptors builds the same value in about half the time (0.34 us against 0.64 for a
+# GroupSignals). The unpacking below fails at import if either class gains or loses a field.
+_new = object.__new__
+_set_running, _set_queued, _set_kv, _set_rate, _set_ttft, _set_wait = (
+    GroupSignals.__dict__[f.name].__set__ for f in fields(GroupSignals))
+_set_at, _set_groups, _set_fleet, _set_problems = (SignalSnapshot.__dict__[f.name].__set__ for f in fields(SignalSnapshot))
+
+
+def _signals(running: float, queued: float, kv_usage: float | None = None, request_rate: float | None = None,
+             ttft_p99_s: float | None = None, queue_wait_p99_s: float | None = None) -> GroupSignals:
+    """The same value as ``GroupSignals(running, queued, kv_usage, ...)`` (see above)."""
+    s = _new(GroupSignals)
+    _set_running(s, running)
+    _set_queued(s, queued)
+    _set_kv(s, kv_usage)
+    _set_rate(s, request_rate)
+    _set_ttft(s, ttft_p99_s)
+    _set_wait(s, queue_wait_p99_s)
+    return s
+
+
+def _snapshot_of(at: float, groups: dict[str, GroupSignals], fleet: GroupSignals) -> SignalSnapshot:
+    """The same value as ``SignalSnapshot(at, groups, fleet, ())`` (see above)."""
+    s = _new(SignalSnapshot)
+    _set_at(s, at)
+    _set_groups(s, groups)
+    _set_fleet(s, fleet)
+    _set_problems(s, ())
+    return s
 
 
 class Controller(Protocol):
@@ -491,16 +525,16 @@ class _Replay:
                 continue
             running = float(k if k < slots_n else slots_n)
             queued = k - running
-            per[g.name] = GroupSignals(running, queued, min(1.0, tokens / cap_tokens))
+            per[g.name] = _signals(running, queued, min(1.0, tokens / cap_tokens))
             running_total += running
             queued_total += queued
         ttft_p = queue_p = None
         if self.track_latency:  # (without latency tracking they stay None)
             ttft_p, queue_p = latency.percentiles()
         arrivals = bisect_left(self.t_arr, now) - bisect_left(self.t_arr, now - latency.window_s)
-        fleet = GroupSignals(running=running_total, queued=queued_total, request_rate=arrivals / latency.window_s,
-                             ttft_p99_s=ttft_p, queue_wait_p99_s=queue_p)
-        return SignalSnapshot(now, per, fleet, ())
+        fleet = _signals(running_total, queued_total, request_rate=arrivals / latency.window_s, ttft_p99_s=ttft_p,
+                         queue_wait_p99_s=queue_p)
+        return _snapshot_of(now, per, fleet)
 
     def _fleet_state(self) -> FleetState:
         # GroupState and FleetState are frozen: the same values may be handed out again.
