@@ -16,6 +16,10 @@ from autoscaler.policy.model import Policy
 from autoscaler.sim.loadscale import service_times_s
 from autoscaler.sim.traces import Trace
 
+# Enum members read at every tick, looked up once (an Enum class attribute costs ~60 ns a read).
+_HOLD, _SCALE_UP, _SCALE_DOWN = Action.HOLD, Action.SCALE_UP, Action.SCALE_DOWN
+_READY, _STARTING = Phase.READY, Phase.STARTING
+
 
 class CoreController:
     """The live service's decision core, on virtual time.
@@ -57,11 +61,12 @@ class CoreController:
         if key is None:
             key = self._keys[pair] = f"{decision.action}:{decision.reason}"
         self.counts[key] = self.counts.get(key, 0) + 1
-        if self.keep or decision.action is not Action.HOLD:
+        action = decision.action
+        if self.keep or action is not _HOLD:
             self.decisions.append((now, decision))
-        if decision.action is Action.SCALE_UP:
+        if action is _SCALE_UP:
             return list(decision.groups), []
-        if decision.action is Action.SCALE_DOWN:
+        if action is _SCALE_DOWN:
             return [], list(decision.groups)
         return [], []
 
@@ -85,7 +90,6 @@ class StaticController:
 
 
 _DESIRED = itemgetter(1)  # (time, desired) -> desired
-_READY, _STARTING = Phase.READY, Phase.STARTING
 
 
 class HpaController:
@@ -110,9 +114,10 @@ class HpaController:
         self.period_s = self.SYNC_S
         self.history: deque[tuple[float, int]] = deque([(start, policy.fleet.ceiling_groups)])
         self.order = {n: i for i, n in enumerate(policy.fleet.group_names())}
+        self.at_target = target_utilization * policy.fleet.requests_per_group  # requests per group at the target
+        self.floor, self.ceiling = policy.fleet.floor_groups, policy.fleet.ceiling_groups
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        fleet_p = self.policy.fleet
         ready: list = []  # the ready groups, and the starting ones counted, in one pass
         starting = 0
         for g in fleet.groups.values():
@@ -132,9 +137,9 @@ class HpaController:
                 return [], []
             total += s.running + (s.queued or 0.0)
         metric = total / len(ready)
-        ratio = metric / (self.target * fleet_p.requests_per_group)
+        ratio = metric / self.at_target
         desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
-        desired = min(max(desired, fleet_p.floor_groups), fleet_p.ceiling_groups)
+        desired = min(max(desired, self.floor), self.ceiling)
         self.history.append((now, desired))
         while len(self.history) > 1 and self.history[0][0] <= now - self.STABILIZATION_S:
             self.history.popleft()
