@@ -5,8 +5,8 @@ On the Azure conversation trace (2,008 requests over an hour at the default peak
   process; every summary, every SimResult array and event, and every decision of ours must equal
   those of ``backtest(workers=1)``, which replays all eight here one after another;
 - without fork (or from inside a worker) it falls back to the serial path;
-- always-on and the oracle read no signals (``uses_signals = False``) and HPA reads no latency
-  percentiles (``uses_latency_signals = False``): the engine skips building what they do not read,
+- always-on and the oracle read no signals (``uses_signals = False``) and HPA reads no fleet rate
+  or latency percentiles (``uses_fleet_signals = False``): the engine skips building what they do not read,
   and the replay must be the one it gives when it builds everything.
 """
 
@@ -93,7 +93,7 @@ class _ReadsEverything:
     """Wraps a controller and says it reads every signal, so the engine builds them all."""
 
     uses_signals = True
-    uses_latency_signals = True
+    uses_fleet_signals = True
 
     def __init__(self, inner):
         self.inner, self.period_s = inner, inner.period_s
@@ -101,7 +101,7 @@ class _ReadsEverything:
 
     def tick(self, now, signals, fleet):
         assert signals is not None
-        self.seen += signals.fleet.ttft_p99_s is not None
+        self.seen += signals.fleet.ttft_p99_s is not None and signals.fleet.request_rate is not None
         return self.inner.tick(now, signals, fleet)
 
     def on_ready(self, name, startup_s):

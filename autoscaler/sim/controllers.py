@@ -102,7 +102,7 @@ class HpaController:
     Drains the least-loaded group the way ours does (core.victim).
     """
 
-    uses_latency_signals = False  # reads the groups' load only: the engine skips TTFT percentiles
+    uses_fleet_signals = False  # reads the groups' load only: the engine skips the request rate and percentiles
 
     SYNC_S = 15.0
     STABILIZATION_S = 300.0

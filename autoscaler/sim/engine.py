@@ -82,9 +82,9 @@ def _snapshot_of(at: float, groups: dict[str, GroupSignals], fleet: GroupSignals
 class Controller(Protocol):
     period_s: float
     # Optional: a controller with ``uses_signals = False`` (always-on, the oracle) is handed None for
-    # the signals, and the replay skips building them; with ``uses_latency_signals = False`` (HPA)
-    # the snapshot has the load but no TTFT or queue-wait percentiles (None), and the replay skips
-    # tracking first tokens for them.
+    # the signals, and the replay skips building them; with ``uses_fleet_signals = False`` (HPA)
+    # the snapshot has the load but no fleet request rate, TTFT or queue-wait percentiles (None),
+    # and the replay skips counting arrivals and tracking first tokens for them.
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState) -> tuple[list[str], list[str]]:
         """-> (groups to start or return to service, groups to drain)."""
@@ -284,7 +284,7 @@ class _Replay:
         self.scale_ups = self.scale_downs = 0
 
         self.uses_signals = getattr(controller, "uses_signals", True)
-        self.track_latency = self.uses_signals and getattr(controller, "uses_latency_signals", True)
+        self.track_latency = self.uses_signals and getattr(controller, "uses_fleet_signals", True)
         self.latency = _LatencyWindow(float(policy.signals.window_s), policy.slo.ttft_percentile / 100.0)
 
         self.period = controller.period_s
@@ -561,9 +561,9 @@ class _Replay:
             per[g.name] = _signals(running, queued, min(1.0, tokens / cap_tokens))
             running_total += running
             queued_total += queued
-        ttft_p = queue_p = None
-        if self.track_latency:  # (without latency tracking they stay None)
-            ttft_p, queue_p = latency.percentiles()
+        if not self.track_latency:  # (a controller that reads only the groups' load)
+            return _snapshot_of(now, per, _signals(running_total, queued_total))
+        ttft_p, queue_p = latency.percentiles()
         arrivals = bisect_left(self.t_arr, now) - bisect_left(self.t_arr, now - latency.window_s)
         fleet = _signals(running_total, queued_total, request_rate=arrivals / latency.window_s, ttft_p99_s=ttft_p,
                          queue_wait_p99_s=queue_p)
