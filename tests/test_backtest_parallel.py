@@ -208,3 +208,18 @@ def test_hpa_shortcuts_give_the_textbook_replay(setup, target, peak_utilization)
     textbook = simulate(trace, policy, _TextbookHpa(policy, target, trace.span_s[0]))
     assert fast.scale_ups + fast.scale_downs > 0  # it did scale: something to get wrong
     assert_same_replay(fast, textbook)
+
+
+@pytest.mark.parametrize("quantile", [0.99, 0.95, 0.5])
+@pytest.mark.parametrize("m", [1, 7, 40, 150])
+def test_latency_percentiles_are_nearest_rank(quantile, m):
+    # The window's percentile is the nearest-rank one, sorted(values)[ceil(q x m) - 1]; the engine
+    # takes the highest without sorting when that is the rank (p99 of fewer than 100 first tokens).
+    rng = np.random.default_rng(m)
+    window = engine._LatencyWindow(60.0, quantile)
+    ttft, wait = rng.exponential(2.0, m).round(3).tolist(), rng.exponential(1.0, m).round(3).tolist()
+    for i, (tt, qq) in enumerate(zip(ttft, wait)):
+        window.pending.append((i * 0.1, tt, qq))  # in time order: already a heap
+    window.advance(m * 0.1)
+    k = max(0, math.ceil(quantile * m) - 1)
+    assert window.percentiles() == (sorted(ttft)[k], sorted(wait)[k])

@@ -229,7 +229,10 @@ class _LatencyWindow:
             if self.t:
                 m = len(self.ttft)
                 k = min(m - 1, max(0, math.ceil(self.quantile * m) - 1))
-                self.ttft_p, self.wait_p = sorted(self.ttft)[k], sorted(self.wait)[k]
+                if k == m - 1:  # the highest (p99 of fewer than 100 first tokens): no sort needed
+                    self.ttft_p, self.wait_p = max(self.ttft), max(self.wait)
+                else:
+                    self.ttft_p, self.wait_p = sorted(self.ttft)[k], sorted(self.wait)[k]
             else:  # no first token in the window: no percentile, not a zero
                 self.ttft_p = self.wait_p = None
             self.valid = True
