@@ -5,22 +5,26 @@ On the Azure conversation trace (2,008 requests over an hour at the default peak
   process; every summary, every SimResult array and event, and every decision of ours must equal
   those of ``backtest(workers=1)``, which replays all eight here one after another;
 - without fork (or from inside a worker) it falls back to the serial path;
-- always-on and the oracle read no signals (``uses_signals = False``) and HPA reads no latency
-  percentiles (``uses_latency_signals = False``): the engine skips building what they do not read,
+- always-on and the oracle read no signals (``uses_signals = False``) and HPA reads no fleet rate
+  or latency percentiles (``uses_fleet_signals = False``): the engine skips building what they do not read,
   and the replay must be the one it gives when it builds everything.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from autoscaler.core.types import GroupSignals, Phase, SignalSnapshot
+from autoscaler.core.victim import choose_victim, groups_to_start
 from autoscaler.policy import load_policy
 from autoscaler.sim import backtest as bt
-from autoscaler.sim.controllers import HpaController, OracleController, StaticController
+from autoscaler.sim import engine
+from autoscaler.sim.controllers import CoreController, HpaController, OracleController, StaticController
 from autoscaler.sim.engine import SimResult, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,7 +93,7 @@ class _ReadsEverything:
     """Wraps a controller and says it reads every signal, so the engine builds them all."""
 
     uses_signals = True
-    uses_latency_signals = True
+    uses_fleet_signals = True
 
     def __init__(self, inner):
         self.inner, self.period_s = inner, inner.period_s
@@ -97,7 +101,7 @@ class _ReadsEverything:
 
     def tick(self, now, signals, fleet):
         assert signals is not None
-        self.seen += signals.fleet.ttft_p99_s is not None
+        self.seen += signals.fleet.ttft_p99_s is not None and signals.fleet.request_rate is not None
         return self.inner.tick(now, signals, fleet)
 
     def on_ready(self, name, startup_s):
@@ -131,3 +135,91 @@ def test_skipping_unread_signals_changes_no_replay(setup, make, peak_utilization
     assert (full.tick_demand > policy.fleet.requests_per_group * full.tick_ready).any() \
         or full.scale_downs > 0  # something to get wrong: queued requests, or a drain
     assert_same_replay(lean, full)
+
+
+def test_scrape_values_built_through_slots_equal_the_dataclasses():
+    # The engine writes the scrape's values through their slots (engine._signals, _snapshot_of):
+    # they must be the values the dataclasses' own constructors build, field for field.
+    full = engine._signals(1.0, 2.0, 0.25, 3.5, 4.0, 0.5)
+    assert full == GroupSignals(1.0, 2.0, 0.25, 3.5, 4.0, 0.5)
+    assert hash(full) == hash(GroupSignals(1.0, 2.0, 0.25, 3.5, 4.0, 0.5))
+    assert engine._signals(1.0, 0.0) == GroupSignals(running=1.0, queued=0.0)
+    assert engine._signals(3.0, 1.0, request_rate=2.0, queue_wait_p99_s=0.1) == \
+        GroupSignals(running=3.0, queued=1.0, request_rate=2.0, queue_wait_p99_s=0.1)
+    per = {"g1": full}
+    assert engine._snapshot_of(10.0, per, GroupSignals(1.0, 2.0)) == SignalSnapshot(10.0, per, GroupSignals(1.0, 2.0), ())
+
+
+def test_shared_request_columns_change_no_replay(setup, monkeypatch):
+    policy, trace, factor, _ = setup
+    columns = engine.request_columns(trace, policy)
+    shared = simulate(trace, policy, CoreController(policy), columns=columns)
+    own = simulate(trace, policy, CoreController(policy))
+    assert_same_replay(shared, own)
+    # Columns of other speeds (or another trace) are refused, not silently replayed.
+    slower = policy.model_copy(update={"simulation": policy.simulation.model_copy(update={"decode_tokens_per_s": 10.0})})
+    with pytest.raises(ValueError, match="another trace or other speeds"):
+        simulate(trace, slower, StaticController(slower), columns=columns)
+    # A backtest builds them once for its eight replays.
+    built = []
+    monkeypatch.setattr(bt, "request_columns", lambda t, p: built.append(1) or engine.request_columns(t, p))
+    bt.backtest(trace, factor, policy, compare=True, workers=1)
+    assert len(built) == 1
+
+
+class _TextbookHpa(HpaController):
+    """HPA's tick as first written: every load checked, then summed; the 300 s window read at
+    every tick that does not scale up."""
+
+    def tick(self, now, signals, fleet):
+        fleet_p = self.policy.fleet
+        ready = [g for g in fleet.groups.values() if g.phase == Phase.READY]
+        current = len(ready) + sum(1 for g in fleet.groups.values() if g.phase == Phase.STARTING)
+        loads = [signals.groups.get(g.name) for g in ready]
+        if not ready or any(s is None or s.running is None for s in loads):
+            return [], []
+        metric = sum([(s.running or 0.0) + (s.queued or 0.0) for s in loads]) / len(ready)
+        ratio = metric / (self.target * fleet_p.requests_per_group)
+        desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
+        desired = min(max(desired, fleet_p.floor_groups), fleet_p.ceiling_groups)
+        self.history.append((now, desired))
+        while len(self.history) > 1 and self.history[0][0] <= now - self.STABILIZATION_S:
+            self.history.popleft()
+        if desired > current:
+            return groups_to_start(fleet, desired - current), []
+        stabilized = max(d for _, d in self.history)
+        if stabilized < current:
+            victims, pool = [], list(ready)
+            for _ in range(current - stabilized):
+                v = choose_victim(pool, self.order, dict(signals.groups))
+                if v is None or len(pool) <= 1:
+                    break
+                victims.append(v.name)
+                pool.remove(v)
+            return [], victims
+        return [], []
+
+
+@pytest.mark.parametrize("target, peak_utilization", [(0.9, 0.5), (0.7, 0.35), (0.5, 0.35)])
+def test_hpa_shortcuts_give_the_textbook_replay(setup, target, peak_utilization):
+    policy = setup[0]
+    trace = azure_at(policy, peak_utilization)
+    fast = simulate(trace, policy, HpaController(policy, target, trace.span_s[0]))
+    textbook = simulate(trace, policy, _TextbookHpa(policy, target, trace.span_s[0]))
+    assert fast.scale_ups + fast.scale_downs > 0  # it did scale: something to get wrong
+    assert_same_replay(fast, textbook)
+
+
+@pytest.mark.parametrize("quantile", [0.99, 0.95, 0.5])
+@pytest.mark.parametrize("m", [1, 7, 40, 150])
+def test_latency_percentiles_are_nearest_rank(quantile, m):
+    # The window's percentile is the nearest-rank one, sorted(values)[ceil(q x m) - 1]; the engine
+    # takes the highest without sorting when that is the rank (p99 of fewer than 100 first tokens).
+    rng = np.random.default_rng(m)
+    window = engine._LatencyWindow(60.0, quantile)
+    ttft, wait = rng.exponential(2.0, m).round(3).tolist(), rng.exponential(1.0, m).round(3).tolist()
+    for i, (tt, qq) in enumerate(zip(ttft, wait)):
+        window.pending.append((i * 0.1, tt, qq))  # in time order: already a heap
+    window.advance(m * 0.1)
+    k = max(0, math.ceil(quantile * m) - 1)
+    assert window.percentiles() == (sorted(ttft)[k], sorted(wait)[k])

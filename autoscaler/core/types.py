@@ -201,21 +201,24 @@ class Memory:
 
     def with_(self, **changes: Any) -> Memory:
         # dataclasses.replace() re-validates every field; this runs several times at every tick of a
-        # 14-day replay: copy every field in one attrgetter call, then set the changed ones.
+        # 14-day replay: read every field in one attrgetter call, then write each through its slot's
+        # setter (a frozen class's object.__setattr__ would look the name up each time).
         new = object.__new__(Memory)
-        setter = object.__setattr__
-        for name, value in zip(_MEMORY_FIELDS, _ALL_FIELDS(self)):
-            setter(new, name, value)
+        for set_slot, value in zip(_SLOT_SETTERS, _ALL_FIELDS(self)):
+            set_slot(new, value)
         for name, value in changes.items():
-            if name not in _FIELD_SET:
+            set_slot = _SLOT_SETTER.get(name)
+            if set_slot is None:
                 raise TypeError(f"Memory has no field {name!r}")
-            setter(new, name, value)
+            set_slot(new, value)
         return new
 
 
 _MEMORY_FIELDS = tuple(f.name for f in fields(Memory))
-_FIELD_SET = frozenset(_MEMORY_FIELDS)
 _ALL_FIELDS = attrgetter(*_MEMORY_FIELDS)
+# Each field's slot descriptor's __set__ (slots=True: a member descriptor per field), in field order.
+_SLOT_SETTERS = tuple(Memory.__dict__[name].__set__ for name in _MEMORY_FIELDS)
+_SLOT_SETTER = dict(zip(_MEMORY_FIELDS, _SLOT_SETTERS))
 
 
 @dataclass(frozen=True, slots=True)

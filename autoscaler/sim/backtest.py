@@ -17,7 +17,7 @@ import numpy as np
 
 from autoscaler.policy.model import Policy
 from autoscaler.sim.controllers import CoreController, HpaController, OracleController, StaticController
-from autoscaler.sim.engine import SimResult, simulate
+from autoscaler.sim.engine import RequestColumns, SimResult, request_columns, simulate
 from autoscaler.sim.loadscale import scale_for_policy
 from autoscaler.sim.traces import Trace, load_trace
 
@@ -80,9 +80,9 @@ def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: floa
 
 
 def run_one(name: str, trace: Trace, policy: Policy, controller, load_scale: float, seed: int,
-            progress: Callable[[float], None] | None = None) -> Run:
+            progress: Callable[[float], None] | None = None, columns: RequestColumns | None = None) -> Run:
     started = time.perf_counter()
-    result = simulate(trace, policy, controller, seed=seed, progress=progress)
+    result = simulate(trace, policy, controller, seed=seed, progress=progress, columns=columns)
     return Run(name, result, summarise(result, policy, load_scale, time.perf_counter() - started), controller,
                os.getpid())
 
@@ -220,17 +220,20 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
     def prog(label: str):
         return None if progress is None else (lambda f: progress(label, f))
 
+    columns = request_columns(trace, policy)  # one copy for every replay (and, by the fork, every worker)
+
     def here(name: str) -> Run:
         label = name.replace("@", " ") if name.startswith("hpa") else name
-        return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, prog(label))
+        return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, prog(label),
+                       columns)
 
     refs = reference_names() if compare else []
     if workers is None:
         workers = default_workers() if len(trace) >= PARALLEL_MIN_REQUESTS else 1
     workers = min(workers, len(refs) + 1)
     if workers <= 1 or not can_fork():
-        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions, trace.start_epoch_s), factor, seed,
-                                prog("ours"))}
+        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions, trace.start_epoch_s),
+                                factor, seed, prog("ours"), columns)}
         for name in refs:
             runs[name] = here(name)
         return runs
@@ -250,7 +253,7 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
             return todo.popleft() if todo else None
 
     with ProcessPoolExecutor(workers - 1, mp_context=mp.get_context("fork"), initializer=_init_worker,
-                             initargs=(trace, policy, factor, seed)) as pool:
+                             initargs=(trace, policy, factor, seed, columns)) as pool:
         def feed(_finished: Future | None = None) -> None:
             with lock:  # taken and registered at once: once ``todo`` is empty, ``jobs`` is complete
                 if not todo:
@@ -265,8 +268,8 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
 
         for _ in range(workers - 1):
             feed()
-        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions, trace.start_epoch_s), factor, seed,
-                                prog("ours"))}
+        runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions, trace.start_epoch_s),
+                                factor, seed, prog("ours"), columns)}
         while (left := take()) is not None:
             done[left] = here(left)
         for name, job in jobs.items():
@@ -280,18 +283,18 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
 # ticks every 15 s and takes ~2.3 s, the oracle ~2 s, always-on ~1 s); only the order matters.
 _COST = {"hpa": 2.3, "oracle": 2.0, "static": 1.0}
 
-_worker_args: tuple[Trace, Policy, float, int] | None = None
+_worker_args: tuple[Trace, Policy, float, int, RequestColumns] | None = None
 
 
-def _init_worker(trace: Trace, policy: Policy, factor: float, seed: int) -> None:
+def _init_worker(trace: Trace, policy: Policy, factor: float, seed: int, columns: RequestColumns) -> None:
     global _worker_args
-    _worker_args = (trace, policy, factor, seed)
+    _worker_args = (trace, policy, factor, seed, columns)
 
 
 def _run_reference(name: str) -> Run:
     assert _worker_args is not None, "_run_reference runs in a worker started by backtest()"
-    trace, policy, factor, seed = _worker_args
-    return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed)
+    trace, policy, factor, seed, columns = _worker_args
+    return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, columns=columns)
 
 
 def results_json(runs: dict[str, Run], policy: Policy, trace_info: dict[str, Any], wall_s: float) -> dict[str, Any]:

@@ -273,17 +273,17 @@ def _nonneg_int(name: str, text: str) -> int:
 
 
 def _nonneg_float(name: str, text: str) -> float:
-    s = text.strip()
-    if not s:
-        raise _RowError(f"{name}: missing value")
+    # float() ignores the surrounding whitespace itself: the text is stripped only to name a bad
+    # value (400,000 calls for the 14-day ServeGen trace).
     try:
-        v = float(s)
+        v = float(text)
     except ValueError:
-        raise _RowError(f"{name}: {s!r} is not a number") from None
+        s = text.strip()
+        raise _RowError(f"{name}: {s!r} is not a number" if s else f"{name}: missing value") from None
     if not math.isfinite(v):
-        raise _RowError(f"{name}: {s!r} is not a finite number")
+        raise _RowError(f"{name}: {text.strip()!r} is not a finite number")
     if v < 0:
-        raise _RowError(f"{name}: {s} is negative")
+        raise _RowError(f"{name}: {text.strip()} is negative")
     return v
 
 
@@ -345,7 +345,7 @@ def _rows(reader: Any, display: str, skip: bool, parse: Callable[[list[str]], No
     """Feed non-blank csv rows to ``parse``; return (rows read, bad rows)."""
     read = bad = 0
     for row in reader:
-        if not row or all(not c.strip() for c in row):
+        if not row or (not row[0].strip() and all(not c.strip() for c in row)):
             continue  # blank line
         read += 1
         try:
