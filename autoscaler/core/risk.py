@@ -185,14 +185,26 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
         row = [get(s) for s in range(centre - w - 1, centre + w + ahead + 1)]
         found = False
         for k in range(2 * w + 1):
-            before = [v for v in row[k:k + 2] if v is not None]
-            peaks = [v for v in row[k + 2:k + 2 + ahead] if v is not None]
-            if before and peaks:
-                growths.append((max(peaks) + 1.0) / (max(before) + 1.0))
+            level = _highest(row, k, k + 2)
+            if level is None:
+                continue
+            peak = _highest(row, k + 2, k + 2 + ahead)
+            if peak is not None:
+                growths.append((peak + 1.0) / (level + 1.0))
                 found = True
         days_used += found
     growths.sort()
     return tuple(growths), days_used
+
+
+def _highest(row: list[float | None], start: int, stop: int) -> float | None:
+    """The highest known value of row[start:stop], or None (the same as max() of the known ones)."""
+    best = None
+    for i in range(start, stop):
+        v = row[i]
+        if v is not None and (best is None or v > best):
+            best = v
+    return best
 
 
 def seasonal_weight(memory: Memory) -> float:
