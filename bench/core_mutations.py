@@ -1,6 +1,7 @@
-"""Apply each of the twelve surviving core mutations of issue 11 in turn, and four of the measured
-core's later mechanisms (the seasonal moments, the trend's supported rise and whole window, the
-burn's prior), run the test that must catch it, and restore the file: every line must say KILLED.
+"""Apply each of the twelve surviving core mutations of issue 11 in turn, and ten checks of the measured
+core's later mechanisms (the seasonal moments, their level rule, threshold and days, the trend's
+supported rise and whole window, the burn's prior and its negative readings, the backtest's
+clock), run the test that must catch it, and restore the file: every line must say KILLED.
 
     .venv/bin/python bench/core_mutations.py
 """
@@ -24,6 +25,12 @@ M = [
  ("autoscaler/core/forecast.py", "TREND_CONFIDENCE_Z = 2.0", "TREND_CONFIDENCE_Z = 0.0", "test_trend_projects_only_the_rise_its_fit_bears_out"),
  ("autoscaler/core/forecast.py", "< 0.95 * window", "< 0.45 * window", "test_trend_waits_for_a_whole_window_of_samples"),
  ("autoscaler/core/risk.py", "BURN_PRIOR_MISSES = 10.0", "BURN_PRIOR_MISSES = 1e-9", "test_boldness_is_earned_not_granted_on_thin_evidence"),
+ ("autoscaler/core/risk.py", "level = _highest(row, k, k + 2)", "level = _highest(row, k + 1, k + 2)", "test_seasonal_risk_threshold_level_rule_and_missing_days"),
+ ("autoscaler/core/risk.py", "bisect_right(growths, (capacity + 1.0) / (level + 1.0))", "bisect_right(growths, capacity / level)", "test_seasonal_risk_threshold_level_rule_and_missing_days"),
+ ("autoscaler/core/risk.py", "days_used += found", "days_used += 1", "test_seasonal_risk_threshold_level_rule_and_missing_days"),
+ ("autoscaler/core/forecast.py", "(samples[-1][0] - samples[0][0]) * n / (n - 1) <", "(samples[-1][0] - samples[0][0]) <", "test_trend_waits_for_a_whole_window_of_samples"),
+ ("autoscaler/core/risk.py", "running, queued = max(0.0, running), max(0.0, queued)", "pass", "test_negative_readings_count_as_no_misses"),
+ ("autoscaler/sim/controllers.py", "replace(g, since=g.since + epoch)", "g", "test_the_backtest_controller_shifts_group_times_onto_the_clock"),
 ]
 bad = 0
 for path, old, new, test in M:

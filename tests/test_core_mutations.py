@@ -85,6 +85,9 @@ def test_trend_waits_for_a_whole_window_of_samples():
     ramp = [(T0 - 585 + 15 * i, 3.6 * i / 39) for i in range(40)]
     assert _trend(tuple(ramp[-21:]), T0, 600, 600) is None
     assert _trend(tuple(ramp), T0, 600, 600) is not None
+    # A 60 s tick: 10 samples span 540 s of the 600 s window, which is the whole window (540 + one
+    # interval of 60 s).
+    assert _trend(tuple((T0 - 540 + 60 * i, 1 + 0.5 * i) for i in range(10)), T0, 600, 600) is not None
 
 
 def test_queue_trigger_is_strictly_above_the_limit():
@@ -217,6 +220,69 @@ def test_seasonal_risk_counts_moments_around_the_time_of_day_not_whole_days():
     assert r.probability == pytest.approx(0.5 * 3 / 92)
     # A burst at this hour on every day: 21 of 91 moments, so this hour counts as risky.
     assert exceed_probability(history(set(range(1, 8))), policy, T0, 6.0, 615).p_seasonal == pytest.approx(21 / 92)
+
+
+def test_seasonal_risk_threshold_level_rule_and_missing_days():
+    # The same history (level 3, lead 3 slots ahead). A burst of 7 on one day: growth (7 + 1) /
+    # (3 + 1) = 2.0 for the 3 moments before it. Capacity 6: exceeds when growth > 7 / 4 = 1.75 -> 3 of
+    # 91; capacity 7: growth > 8 / 4 = 2.0, strictly -> none.
+    from autoscaler.core.risk import exceed_probability
+
+    policy = make_policy(forecast={"enabled": True, "seasonal_days": 7})
+    minute, centre = int(T0 // 60), int(T0 // 300)
+
+    def history(slots_per_day, missing=()):
+        by_slot = {}
+        for day in range(1, 8):
+            if day in missing:
+                continue
+            c = centre - day * 288
+            for s in range(c - 10, c + 11):
+                by_slot[s] = 3.0
+            for off, value in slots_per_day.get(day, {}).items():
+                by_slot[c + off] = value
+        return Memory(minute_now=(minute, 3.0, 1), rises_sorted=(0.0,) * 40,
+                      rise_log=tuple((minute - 50 + i, 0.0) for i in range(40)),
+                      demand_by_slot=by_slot, seasonal_skill=(1.0, 1.0))
+
+    seven = history({2: {1: 7.0}})
+    assert exceed_probability(seven, policy, T0, 6.0, 615).p_seasonal == pytest.approx(3 / 92)
+    assert exceed_probability(seven, policy, T0, 7.0, 615).p_seasonal == 0.0
+    # A moment's level is the busier of the slot before it and its own: on day 3 the slot before this
+    # time of day holds 10, then a burst of 20 comes. At capacity 7 (growth > 2.0) the moments 4, 3
+    # and 2 slots before exceed (10 or 20 ahead of a level of 3: 2.75, 5.25); the moment 1 slot
+    # before and this time of day itself have level 10 (21 / 11 = 1.9): they do not. Day 5 is
+    # missing: 6 days of 13 moments.
+    busy = history({3: {-1: 10.0, 1: 20.0}}, missing={5})
+    r = exceed_probability(busy, policy, T0, 7.0, 615)
+    assert r.seasonal_days == 6 and r.p_seasonal == pytest.approx(3 / 79)
+
+
+def test_negative_readings_count_as_no_misses():
+    # A user's PromQL can return negative values (a deriv(), a counter reset): queued -1 over 150
+    # arrivals would be -10 misses, which with the prior's +10 is a burn of exactly 0 (and the risk
+    # allowed a division by zero). Negative readings count as none: 0 misses in 150 arrivals, burn
+    # (0 + 10) / (150 + 1,000) / 1% = 0.87, allowed 1% / 0.87 = 1.15%.
+    from autoscaler.core.risk import allowed_risk, burn_changes
+
+    mem = Memory().with_(**burn_changes(Memory(), P, T0, 10.0, 16.0, -1.0, 9.0))
+    assert mem.budget_burn == (0.0, 150.0, T0)
+    assert allowed_risk(mem, P)[0] == pytest.approx(0.01 * 1150 / 1000)
+
+
+def test_the_backtest_controller_shifts_group_times_onto_the_clock():
+    # CoreController hands the core UTC times: the groups' phase times as well as now and the
+    # signals'. Groups ready since replay time 500, a tick at 1000: 500 s of uptime, under the
+    # 900 s minimum, whatever the epoch (unshifted, they would look 1.7e9 s old and be drained).
+    from autoscaler.sim.controllers import CoreController
+
+    policy = make_policy(scaling={"scale_down": {"stabilization_s": 0, "min_group_uptime_s": 900}})
+    ctl = CoreController(policy, keep_decisions=True, epoch_s=T0)
+    ctl.memory = Memory(surplus_since=T0)
+    starts, drains = ctl.tick(1000.0, signals(at=985.0, g1=(0, 0, 0.1), g2=(0, 0, 0.1), g3=(0, 0, 0.1)),
+                              fleet("ready", "ready", "ready", since=500.0))
+    (_, d), = ctl.decisions
+    assert (starts, drains, d.reason) == ([], [], Reason.MIN_UPTIME), d.detail
 
 
 def test_budget_burn_makes_scale_downs_careful_or_bold():

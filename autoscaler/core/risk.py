@@ -293,7 +293,10 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
     if arrivals_per_s is None:
         return {}
     tick = policy.scaling.tick_interval_s
-    arrivals = arrivals_per_s * tick
+    # Negative readings (a user's PromQL, a counter reset) count as none: no negative misses or
+    # arrivals, which would make the burn look unspent.
+    arrivals = max(0.0, arrivals_per_s) * tick
+    running, queued = max(0.0, running), max(0.0, queued)
     demand = running + queued
     slow = queue_wait_s > policy.scaling.scale_up.slo_burn_min_queue_wait_s if queue_wait_s is not None \
         else queued > 0
