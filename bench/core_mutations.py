@@ -1,6 +1,6 @@
-"""Apply each of the twelve surviving core mutations of issue 11 in turn, and ten checks of the measured
+"""Apply each of the twelve surviving core mutations of issue 11 in turn, and eleven checks of the measured
 core's later mechanisms (the seasonal moments, their level rule, threshold and days, the trend's
-supported rise and whole window, the burn's prior and its negative readings, the backtest's
+supported rise, its floor and whole window, the burn's prior and its negative readings, the backtest's
 clock), run the test that must catch it, and restore the file: every line must say KILLED.
 
     .venv/bin/python bench/core_mutations.py
@@ -31,6 +31,7 @@ M = [
  ("autoscaler/core/forecast.py", "(samples[-1][0] - samples[0][0]) * n / (n - 1) <", "(samples[-1][0] - samples[0][0]) <", "test_trend_waits_for_a_whole_window_of_samples"),
  ("autoscaler/core/risk.py", "running, queued = max(0.0, running), max(0.0, queued)", "pass", "test_negative_readings_count_as_no_misses"),
  ("autoscaler/sim/controllers.py", "replace(g, since=g.since + epoch)", "g", "test_the_backtest_controller_shifts_group_times_onto_the_clock"),
+ ("autoscaler/core/forecast.py", "projection = max(level, projection - TREND_CONFIDENCE_Z", "projection = (projection - TREND_CONFIDENCE_Z", "test_the_trends_lower_bound_never_falls_below_the_level"),
 ]
 bad = 0
 for path, old, new, test in M:

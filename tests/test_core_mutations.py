@@ -90,6 +90,17 @@ def test_trend_waits_for_a_whole_window_of_samples():
     assert _trend(tuple((T0 - 540 + 60 * i, 1 + 0.5 * i) for i in range(10)), T0, 600, 600) is not None
 
 
+def test_the_trends_lower_bound_never_falls_below_the_level():
+    # Swings between 1 and 9 that rise by 0.02 a tick: the fit rises a little, its residuals are
+    # wide, and the lower bound of its projection is below the fitted level: the projection is the
+    # level (a rising fit never forecasts a fall).
+    from autoscaler.core.forecast import _trend
+
+    swings = tuple((T0 - 15 * (39 - i), (9.0 if i % 2 else 1.0) + 0.02 * i) for i in range(40))
+    level, projection = _trend(swings, T0, 600, 600)
+    assert projection == level and level == pytest.approx(6.07, abs=0.01)
+
+
 def test_queue_trigger_is_strictly_above_the_limit():
     # Mutation: queued per ready group >= the limit instead of >. One ready group, 1 queued = the
     # limit of 1.0 exactly: no queue_high (and 4 running + 1 queued = 5 <= 6 fits at target 1.0).

@@ -130,6 +130,25 @@ def test_a_schedule_floor_above_the_fleet_ceiling_is_rejected():
     assert exc.value.errors == ["x.yaml: schedules.windows[0].floor_groups: 3 is above fleet.ceiling_groups (2)"]
 
 
+@pytest.mark.parametrize("tick, window, error", [
+    (15, 600, None),
+    (150, 600, None),  # 4 ticks a window: the trend can fit
+    (200, 600, "x.yaml: forecast.trend_window_s: 600 s holds at most 3 ticks of scaling.tick_interval_s (200 s); "
+               "the trend needs 4: make it more than 600 s"),
+])
+def test_a_trend_window_too_short_for_the_tick_is_rejected(tick, window, error):
+    data = yaml.safe_load(edit("scaling.tick_interval_s", tick))
+    data["forecast"]["trend_window_s"] = window
+    if error is None:
+        parse_policy(yaml.safe_dump(data), "x.yaml")
+        return
+    with pytest.raises(PolicyInvalid) as exc:
+        parse_policy(yaml.safe_dump(data), "x.yaml")
+    assert exc.value.errors == [error]
+    data["forecast"]["enabled"] = False  # no forecast: no trend to starve
+    parse_policy(yaml.safe_dump(data), "x.yaml")
+
+
 def test_a_duplicate_key_is_an_error_with_its_line():
     with pytest.raises(PolicyInvalid) as exc:
         parse_policy("fleet:\n  floor_groups: 1\n  floor_groups: 2\n", "x.yaml")

@@ -555,4 +555,9 @@ class Policy(StrictModel):
                                  f"{w.floor_groups} is above fleet.ceiling_groups ({self.fleet.ceiling_groups})")
         if self.schedules.pin and self.schedules.pin.groups > n:
             raise FieldError("schedules.pin.groups", f"{self.schedules.pin.groups} is above the {n} groups defined")
+        tick, window = self.scaling.tick_interval_s, self.forecast.trend_window_s
+        if self.forecast.enabled and window <= 3 * tick:
+            # The trend fits a line through the ticks of one window and needs four of them.
+            raise FieldError("forecast.trend_window_s", f"{window:g} s holds at most 3 ticks of "
+                             f"scaling.tick_interval_s ({tick:g} s); the trend needs 4: make it more than {3 * tick:g} s")
         return self
