@@ -219,3 +219,30 @@ def test_a_backtest_of_80000_decisions_goes_in_one_transaction_within_seconds(db
         for e in ledger.events(run)[:6]:
             assert ledger.decision(e.decision_id).at == e.at
     assert elapsed < 30, f"bulk insert took {elapsed:.1f} s"  # a couple of seconds on a quiet machine
+
+
+def test_switching_to_wal_is_retried_while_the_file_is_locked():
+    # Two processes opening a fresh file race to convert it to WAL, and SQLite can answer the loser
+    # "database is locked" at once (test_two_processes_writing_at_once_do_not_corrupt_sqlite hit it
+    # in CI). The switch is retried; any other error is not.
+    import sqlite3
+
+    from autoscaler.ledger.schema import _set_wal
+
+    class Cursor:
+        def __init__(self, errors):
+            self.errors, self.calls = list(errors), 0
+
+        def execute(self, sql):
+            assert sql == "PRAGMA journal_mode = WAL"
+            self.calls += 1
+            if self.errors:
+                raise sqlite3.OperationalError(self.errors.pop(0))
+
+    locked = Cursor(["database is locked", "database is locked"])
+    _set_wal(locked)
+    assert locked.calls == 3
+    broken = Cursor(["disk I/O error"])
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        _set_wal(broken)
+    assert broken.calls == 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,6 +106,24 @@ def _default_pg_driver() -> str:
     return "postgresql"
 
 
+def _set_wal(cursor: sqlite3.Cursor) -> None:
+    """PRAGMA journal_mode = WAL, retried while another process holds the file's lock.
+
+    Two processes opening a fresh file at once race to convert it to WAL; SQLite can answer the
+    loser "database is locked" at once, without its busy handler (seen in CI: two writers creating
+    one ledger). Retried every 50 ms for up to the busy timeout, then the error stands.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _sqlite_setup(engine: Engine, *, read_only: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:
@@ -113,7 +132,7 @@ def _sqlite_setup(engine: Engine, *, read_only: bool = False) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         if not read_only:  # journal_mode = WAL rewrites the file's header: only writers set it
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _set_wal(cursor)
             cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
