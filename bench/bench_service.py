@@ -273,6 +273,17 @@ def run_once(args: argparse.Namespace, workdir: Path) -> RunResult:
         start: Sample | None = None
         start_metrics: dict[str, float] = {}
         start_memory: dict[str, int] = {}
+
+        def mark(ticks: int) -> tuple[Sample, dict[str, float], dict[str, int]]:
+            """A sample, the controller's metrics and the memory's sizes, taken together (the start
+            and the end of the measured ticks); a tracemalloc snapshot too when asked for."""
+            taken = sample(pid, t0, ticks)
+            samples.append(taken)
+            result = (taken, scrape(url), reader.memory_sizes())
+            if args.tracemalloc:
+                os.kill(pid, signal.SIGUSR1)
+            return result
+
         bursts = [tuple(int(x) for x in b.split("-")) for b in args.burst]
         next_sample = time.monotonic()
         spy: Proc | None = None
@@ -287,12 +298,7 @@ def run_once(args: argparse.Namespace, workdir: Path) -> RunResult:
                 time.sleep(0.05)
                 continue
             if start is None and ticks >= args.warmup:
-                start = sample(pid, t0, ticks)
-                start_metrics = scrape(url)
-                start_memory = reader.memory_sizes()
-                samples.append(start)
-                if args.tracemalloc:
-                    os.kill(pid, signal.SIGUSR1)
+                start, start_metrics, start_memory = mark(ticks)
                 if args.py_spy:
                     spy = Proc([args.py_spy_bin, "record", "--pid", str(pid), "--rate", "200", "--gil", "--nonblocking",
                                 "--format", "raw",
@@ -305,12 +311,8 @@ def run_once(args: argparse.Namespace, workdir: Path) -> RunResult:
                 if len(loads) == i + 1 and ticks >= b1 and not loads[i]._stop.is_set():
                     loads[i]._stop.set()  # let the open streams finish; joined at the end
             if ticks >= args.ticks:
-                end = sample(pid, t0, ticks)
-                end_metrics = scrape(url)
-                end_memory = reader.memory_sizes()
-                samples.append(end)
+                end, end_metrics, end_memory = mark(ticks)
                 if args.tracemalloc:
-                    os.kill(pid, signal.SIGUSR1)
                     wait_until(lambda: Path(args.tracemalloc).exists(), 60, what="the tracemalloc report")
                 if spy is not None:
                     spy.signal(signal.SIGINT)  # py-spy writes its output on SIGINT
