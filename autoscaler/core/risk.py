@@ -149,9 +149,14 @@ def level_now(memory: Memory) -> float | None:
     return max(cur[1] / cur[2], last)
 
 
+def _peaks_key(now: float, lead_s: float) -> tuple[int, int]:
+    """What ``seasonal_peaks`` depends on besides the history: (this slot, slots ahead)."""
+    return int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S))
+
+
 def seasonal_peaks_memo(memory: Memory, policy: Policy, now: float, lead_s: float) -> Memory:
     """Memory whose ``seasonal_peaks_memo`` holds ``seasonal_peaks`` for this slot and lead time."""
-    key = (int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S)))
+    key = _peaks_key(now, lead_s)
     memo = memory.seasonal_peaks_memo
     if memo is not None and memo[:2] == key:
         return memory
@@ -163,7 +168,7 @@ def seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) ->
     they come from). A moment's growth is (its busiest slot within the lead time + 1) / (its level
     + 1): level 4, busiest 9 -> 2.0."""
     memo = memory.seasonal_peaks_memo
-    if memo is not None and memo[:2] == (int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S))):
+    if memo is not None and memo[:2] == _peaks_key(now, lead_s):
         return memo[2], memo[3]
     return _seasonal_peaks(memory, policy, now, lead_s)
 
@@ -173,7 +178,7 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
     days = policy.forecast.seasonal_days
     if not by_slot or days == 0:
         return (), 0
-    ahead = max(1, math.ceil(lead_s / SLOT_S))
+    ahead = _peaks_key(now, lead_s)[1]
     w = SEASONAL_WINDOW_SLOTS
     growths: list[float] = []
     days_used = 0
