@@ -1,7 +1,8 @@
-"""Apply each of the twelve surviving core mutations of issue 11 in turn, and eleven checks of the measured
-core's later mechanisms (the seasonal moments, their level rule, threshold and days, the trend's
-supported rise, its floor and whole window, the burn's prior and its negative readings, the backtest's
-clock), run the test that must catch it, and restore the file: every line must say KILLED.
+"""Apply each of the twelve surviving core mutations of issue 11 in turn, and thirteen checks of the
+measured core's later mechanisms (the seasonal moments, their level rule, threshold and days, the
+trend's supported rise, its floor and whole window, the burn's prior, its negative readings, its miss
+estimate and the misses it counts while the ceiling's last group starts, the backtest's clock), run
+the test that must catch it, and restore the file: every line must say KILLED.
 
     .venv/bin/python bench/core_mutations.py
 """
@@ -32,6 +33,8 @@ M = [
  ("autoscaler/core/risk.py", "running, queued = max(0.0, running), max(0.0, queued)", "pass", "test_negative_readings_count_as_no_misses"),
  ("autoscaler/sim/controllers.py", "replace(g, since=g.since + epoch)", "g", "test_the_backtest_controller_shifts_group_times_onto_the_clock"),
  ("autoscaler/core/forecast.py", "projection = max(level, projection - TREND_CONFIDENCE_Z", "projection = (projection - TREND_CONFIDENCE_Z", "test_the_trends_lower_bound_never_falls_below_the_level"),
+ ("autoscaler/core/risk.py", "share = min(1.0, wait / policy.slo.ttft_target_s)", "share = queued / demand if demand > 0 else 0.0", "test_burn_counts_misses_in_proportion_to_the_queue_wait"),
+ ("autoscaler/core/decide.py", "len(self.ready) < self.bounds.ceiling", "self.active < self.bounds.ceiling", "test_burn_counts_misses_while_the_ceilings_last_group_starts"),
 ]
 bad = 0
 for path, old, new, test in M:

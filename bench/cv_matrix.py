@@ -131,7 +131,10 @@ def main() -> int:
     base = yaml.safe_load(Path(args.policy).read_text())
     cands = candidates(base, args.grid)
     root = Path(args.traces)
-    traces = [t for t in TRACE_NAMES if not args.only or t in args.only.split(",")]
+    # The five shared traces, or every folder under another --traces (bench/stress_traces.py's shapes).
+    names = TRACE_NAMES if all((root / t).is_dir() for t in TRACE_NAMES) else \
+        tuple(sorted(p.name for p in root.iterdir() if p.is_dir()))
+    traces = [t for t in names if not args.only or t in args.only.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     pus = [float(p) for p in args.pu.split(",")]
     cache_path = Path(args.cache)
@@ -157,7 +160,7 @@ def main() -> int:
                 cache_path.parent.mkdir(parents=True, exist_ok=True)
                 cache_path.write_text(json.dumps(cache))
             results.append(res)
-            print(f"[{n}/{len(jobs)} {time.perf_counter() - started:.0f} s] {SHORT[res['trace']]} seed {res['seed']} "
+            print(f"[{n}/{len(jobs)} {time.perf_counter() - started:.0f} s] {SHORT.get(res['trace'], res['trace'])} seed {res['seed']} "
                   f"pu {res['pu']} cand {res['candidate']}: {res['wall_s']} s", file=sys.stderr, flush=True)
     for r in results:
         r["refs"] = cache[cell_key(r["trace"], r["seed"], r["pu"])]
@@ -173,7 +176,7 @@ def main() -> int:
 
     print(f"candidates: {len(cands)}; chosen on all five (in-sample): #{chosen_all} {cands[chosen_all][0]}")
     for held, pick in folds.items():
-        print(f"fold: held out {SHORT[held]} -> chosen on the other four: #{pick} {cands[pick][0]}")
+        print(f"fold: held out {SHORT.get(held, held)} -> chosen on the other four: #{pick} {cands[pick][0]}")
     print()
     print("| trace | seed | peak use | ours node-h | oracle node-h | x oracle | ours SLO % | always-on SLO % "
           "| gap pp | capacity misses (ours / always-on) | HPA | in-sample | out-of-sample |")
@@ -192,7 +195,7 @@ def main() -> int:
                                             ("HPA", not w["dominated_by_hpa"])) if not ok]
                     return "meets" if not miss else "MISS " + "+".join(miss)
 
-                print(f"| {SHORT[trace]} | {seed} | {pu} | {ins['ours']['node_hours']:,.1f} "
+                print(f"| {SHORT.get(trace, trace)} | {seed} | {pu} | {ins['ours']['node_hours']:,.1f} "
                       f"| {refs['oracle']['node_hours']:,.1f} | {v['node_hours_vs_oracle']:.3f} "
                       f"| {100 * ins['ours']['slo_attainment']:.3f} | {100 * refs['static']['slo_attainment']:.3f} "
                       f"| {v['slo_gap_vs_static_pp']:+.3f} | {ins['ours']['capacity_misses']:,} / "

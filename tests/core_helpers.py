@@ -39,8 +39,6 @@ def make_policy(**sections: Any) -> Policy:
         # The rule tests keep their arithmetic with a target of 0.7 (4.2 requests per group),
         # whatever the shipped default is; the shipped policy is backtested in test_backtest.py.
         "scaling": {"target_utilization": 0.7},
-        # ... and their risk arithmetic with an error budget of 1% (the shipped default is 0.5%).
-        "slo": {"capacity_miss_budget_pct": 1.0},
         # Most tests isolate one rule; the forecast is tested on its own and switched on there.
         "forecast": {"enabled": False, "seasonal_statistic": "rise", "seasonal_quantile": 0.5},
     }

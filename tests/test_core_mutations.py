@@ -370,3 +370,37 @@ def test_the_risk_memory_survives_to_dict_and_the_snapshot_loader():
     a, _ = decide(snap, f, policy, mem, now)
     b, _ = decide(snap, f, policy, loaded, now)
     assert (a.action, a.reason, a.detail) == (b.action, b.reason, b.detail)
+
+
+def test_burn_counts_misses_in_proportion_to_the_queue_wait():
+    # An arrival that finds Q requests queued waits about Q / arrival rate; the tick's arrivals miss
+    # in proportion to that wait against the TTFT target (3 s), all of them from 3 s on. At 2
+    # requests/s a 15 s tick has 30 arrivals: queued 3 -> a 1.5 s wait, 15 misses; queued 6 -> 3 s,
+    # all 30; queued 12 -> still 30. (The old estimate, the queued share of the requests in the
+    # system, counted 30 x 3 / 15 = 6 of the first: a fifth of what a 1.5 s wait costs.)
+    from autoscaler.core.risk import burn_changes
+
+    def misses(queued: float) -> float:
+        return burn_changes(Memory(), P, T0, 2.0, 12.0, queued, 4.0)["budget_burn"][0]
+
+    assert (misses(3.0), misses(6.0), misses(12.0)) == (pytest.approx(15.0), pytest.approx(30.0), pytest.approx(30.0))
+    # A queue wait under slo_burn_min_queue_wait_s (0.5 s) is not a miss, however long the queue.
+    assert burn_changes(Memory(), P, T0, 2.0, 12.0, 3.0, 0.4)["budget_burn"][0] == 0.0
+
+
+def test_burn_counts_misses_while_the_ceilings_last_group_starts():
+    # Two groups ready, the third (the ceiling's last) starting: the requests queued now are the
+    # cost of the drain that took it away, so they count against the budget. Only when every group
+    # the ceiling allows is ready are misses not the scaling's doing. (Counting "active" groups,
+    # starting ones included, left out exactly the misses of a start-up after a drain.)
+    from autoscaler.core.types import SignalSnapshot
+
+    def burned(*phases: str) -> float:
+        base = signals(queue_wait=4.0, g1=(6, 3, 0.5), g2=(6, 3, 0.5), g3=(6, 3, 0.5))
+        snap = SignalSnapshot(base.at, base.groups, GroupSignals(running=18, queued=9, ttft_p99_s=9.0,
+                                                                 queue_wait_p99_s=4.0, request_rate=2.0))
+        _, mem = decide(snap, fleet(*phases), P, Memory(), T0)
+        return mem.budget_burn[0]
+
+    assert burned("ready", "ready", "starting") == pytest.approx(30.0)
+    assert burned("ready", "ready", "ready") == 0.0

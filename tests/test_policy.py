@@ -31,6 +31,15 @@ def test_default_policy_is_the_production_fleet():
     assert (p.slo.ttft_target_s, p.slo.ttft_percentile) == (3.0, 99)
 
 
+def test_the_models_default_budget_is_the_shipped_one():
+    # The core's rule tests (tests/core_helpers.py) run on the model's default error budget; the
+    # cross-validation chose the shipped file's. A policy that leaves the budget out gets the same.
+    from autoscaler.policy.model import Slo
+
+    shipped = load_policy(ROOT / "policies/default.yaml").policy.slo.capacity_miss_budget_pct
+    assert Slo().capacity_miss_budget_pct == shipped == 1.0
+
+
 def edit(path: str, value) -> str:
     """The default policy with one dotted path set (a list index as a number)."""
     data = yaml.safe_load(DEFAULT)

@@ -144,7 +144,7 @@ class _Tick:
             changes = demand_changes(memory, policy, now, self.demand, self.risk_horizon)
             changes.update(minute_changes(memory, now, self.demand, self.risk_horizon))
             changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running or 0.0,
-                                        self.queued or 0.0, fl.queue_wait_p99_s, self.active < self.bounds.ceiling))
+                                        self.queued or 0.0, fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling))
             memory = memory.with_(**changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)

@@ -28,9 +28,15 @@ P = (1 - weight) x P_recent + weight x P_seasonal.
 
 **The error budget** (``slo.capacity_miss_budget_pct``). Each tick the core estimates the requests
 that missed because of capacity from its signals: the arrivals over the tick (request rate x tick),
-times the share of requests in the system that were queued (queued / (running + queued)), when the
-queue wait at the SLO percentile was above ``scale_up.slo_burn_min_queue_wait_s`` and fewer groups
-than the ceiling were active (at the ceiling, misses are not the scaling's doing). Burn = that
+times the share of them whose queue wait reaches the TTFT target, when the queue wait at the SLO
+percentile was above ``scale_up.slo_burn_min_queue_wait_s`` and fewer groups than the ceiling were
+ready (with every group the ceiling allows serving, misses are not the scaling's doing; while the
+ceiling's last group is still starting, they are the cost of the drain that took it away). An
+arrival that finds Q requests queued waits about Q / arrival rate, so the share is
+min(1, Q / rate / TTFT target): queued 3 at 2 requests/s, a 1.5 s wait against 3 s, half the tick's
+arrivals. Replays, which know every request's queue wait, check this count against the true
+capacity misses (bench/burn_calibration.py: 0.8-1.3 of them on the shared traces; the estimate it
+replaced, the queued share of the requests in the system, counted 0.2-0.6). Burn = that
 share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget, counted with
 a prior of ``BURN_PRIOR_MISSES`` misses spent exactly at the budget (at 1%: 10 misses in 1,000
 arrivals), so that boldness is earned: a fresh fleet starts at burn 1, and 1,000 arrivals without
@@ -305,7 +311,13 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
     demand = running + queued
     slow = queue_wait_s > policy.scaling.scale_up.slo_burn_min_queue_wait_s if queue_wait_s is not None \
         else queued > 0
-    misses = arrivals * queued / demand if (slow and demand > 0 and below_ceiling) else 0.0
+    # An arrival that finds ``queued`` requests waiting waits about queued / arrival rate (the queue
+    # empties at most as fast as it fills while it stands): the tick's arrivals miss in proportion to
+    # that wait against the TTFT target, all of them once it reaches the target. (Queued 3 at 1
+    # request/s: a 3 s wait, the whole tick's arrivals; queued 1: a third of them.)
+    wait = queued / arrivals_per_s if arrivals_per_s > 0 else 0.0
+    share = min(1.0, wait / policy.slo.ttft_target_s)
+    misses = arrivals * share if (slow and demand > 0 and below_ceiling) else 0.0
     prev = memory.budget_burn
     if prev is None:
         return {"budget_burn": (misses, arrivals, now)}
