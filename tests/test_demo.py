@@ -91,3 +91,24 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_the_demos_few_requests_are_no_backtest_warning(caplog):
+    # The demo keeps a few hundred requests on purpose (a few minutes of emulated load); the
+    # backtest's "load scaling kept only N requests" warning, which tells a user to raise
+    # --peak-utilization, would be noise there. A backtest of the same size still warns.
+    import logging
+
+    from autoscaler.demo.runner import DEMO_TRACE, build_plan
+    from autoscaler.policy.loader import load_policy
+    from autoscaler.sim.loadscale import scale_for_policy
+    from autoscaler.sim.traces import load_trace
+
+    policy_path = Path(__file__).resolve().parent.parent / "policies" / "demo.yaml"
+    with caplog.at_level(logging.WARNING, logger="autoscaler.sim.loadscale"):
+        plan, speedup, factor = build_plan(policy_path, 240.0)
+    assert 0 < len(plan) < 200 and not any("kept only" in r.getMessage() for r in caplog.records)
+    trace = load_trace(str(DEMO_TRACE), "servegen")
+    with caplog.at_level(logging.WARNING, logger="autoscaler.sim.loadscale"):
+        scale_for_policy(trace, load_policy(policy_path).policy, 0.85 / speedup)
+    assert any("kept only" in r.getMessage() for r in caplog.records)

@@ -35,8 +35,9 @@ ceiling's last group is still starting, they are the cost of the drain that took
 arrival that finds Q requests queued waits about Q / arrival rate, so the share is
 min(1, Q / rate / TTFT target): queued 3 at 2 requests/s, a 1.5 s wait against 3 s, half the tick's
 arrivals. Replays, which know every request's queue wait, check this count against the true
-capacity misses (bench/burn_calibration.py: 0.8-1.3 of them on the shared traces; the estimate it
-replaced, the queued share of the requests in the system, counted 0.2-0.6). Burn = that
+capacity misses (bench/burn_calibration.py: 0.82-0.99 of them on the 14-day shared traces; the
+estimate it replaced, the queued share of the requests in the system while fewer groups than the
+ceiling were active, counted 0.03-0.11 of them). Burn = that
 share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget, counted with
 a prior of ``BURN_PRIOR_MISSES`` misses spent exactly at the budget (at 1%: 10 misses in 1,000
 arrivals), so that boldness is earned: a fresh fleet starts at burn 1, and 1,000 arrivals without

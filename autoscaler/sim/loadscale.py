@@ -139,6 +139,7 @@ def scale_trace(
     prefill_tokens_per_s: float,
     decode_tokens_per_s: float,
     seed: int = 0,
+    warn_few: bool = True,
 ) -> tuple[Trace, float]:
     """Scale ``src`` so its busiest sliding 5 minutes offer peak_utilization x capacity_slots.
 
@@ -158,7 +159,8 @@ def scale_trace(
         scaled, factor = _scale_rates(src, target, prefill_tokens_per_s, decode_tokens_per_s, seed)
     else:
         scaled, factor = _scale_requests(src, target, prefill_tokens_per_s, decode_tokens_per_s, seed)
-    warn_if_few(scaled, factor, src)
+    if warn_few:
+        warn_if_few(scaled, factor, src)
     return scaled, factor
 
 
@@ -178,8 +180,10 @@ def warn_if_few(scaled: Trace, factor: float, src: Trace | RateTrace) -> None:
         "outlier (one request with a huge token count lowers the scale of all)", f"{kept:,}", of, factor)
 
 
-def scale_for_policy(src: Trace | RateTrace, policy, peak_utilization: float, seed: int = 0) -> tuple[Trace, float]:
-    """``scale_trace`` with the fleet and the speeds a policy gives (ceiling x requests per group slots)."""
+def scale_for_policy(src: Trace | RateTrace, policy, peak_utilization: float, seed: int = 0,
+                     warn_few: bool = True) -> tuple[Trace, float]:
+    """``scale_trace`` with the fleet and the speeds a policy gives (ceiling x requests per group slots).
+    ``warn_few=False`` for a caller that keeps few requests on purpose (the demo's few minutes)."""
     return scale_trace(
         src,
         peak_utilization=peak_utilization,
@@ -187,6 +191,7 @@ def scale_for_policy(src: Trace | RateTrace, policy, peak_utilization: float, se
         prefill_tokens_per_s=policy.simulation.prefill_tokens_per_s,
         decode_tokens_per_s=policy.simulation.decode_tokens_per_s,
         seed=seed,
+        warn_few=warn_few,
     )
 
 
