@@ -386,6 +386,9 @@ def test_burn_counts_misses_in_proportion_to_the_queue_wait():
     assert (misses(3.0), misses(6.0), misses(12.0)) == (pytest.approx(15.0), pytest.approx(30.0), pytest.approx(30.0))
     # A queue wait under slo_burn_min_queue_wait_s (0.5 s) is not a miss, however long the queue.
     assert burn_changes(Memory(), P, T0, 2.0, 12.0, 3.0, 0.4)["budget_burn"][0] == 0.0
+    # A rate that is not finite changes nothing (inf x 0 would be NaN misses, for hours).
+    assert burn_changes(Memory(), P, T0, float("inf"), 12.0, 3.0, 4.0) == {}
+    assert burn_changes(Memory(), P, T0, float("nan"), 12.0, 3.0, 4.0) == {}
 
 
 def test_burn_counts_misses_while_the_ceilings_last_group_starts():
@@ -396,9 +399,12 @@ def test_burn_counts_misses_while_the_ceilings_last_group_starts():
     from autoscaler.core.types import SignalSnapshot
 
     def burned(*phases: str) -> float:
-        base = signals(queue_wait=4.0, g1=(6, 3, 0.5), g2=(6, 3, 0.5), g3=(6, 3, 0.5))
-        snap = SignalSnapshot(base.at, base.groups, GroupSignals(running=18, queued=9, ttft_p99_s=9.0,
-                                                                 queue_wait_p99_s=4.0, request_rate=2.0))
+        # The core sums the ready groups' running and queued (g3 reports only once ready): 6 queued
+        # at 2 requests/s is a 3 s wait, the whole tick's 30 arrivals. From the fleet it reads only
+        # the request rate and the queue wait.
+        base = signals(g1=(6, 3, 0.5), g2=(6, 3, 0.5), g3=(6, 3, 0.5))
+        snap = SignalSnapshot(base.at, base.groups, GroupSignals(ttft_p99_s=9.0, queue_wait_p99_s=4.0,
+                                                                 request_rate=2.0))
         _, mem = decide(snap, fleet(*phases), P, Memory(), T0)
         return mem.budget_burn[0]
 

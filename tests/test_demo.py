@@ -99,7 +99,7 @@ def test_the_demos_few_requests_are_no_backtest_warning(caplog):
     # --peak-utilization, would be noise there. A backtest of the same size still warns.
     import logging
 
-    from autoscaler.demo.runner import DEMO_TRACE, build_plan
+    from autoscaler.demo.runner import DEMO_TRACE, PEAK_UTILIZATION, build_plan
     from autoscaler.policy.loader import load_policy
     from autoscaler.sim.loadscale import scale_for_policy
     from autoscaler.sim.traces import load_trace
@@ -107,8 +107,9 @@ def test_the_demos_few_requests_are_no_backtest_warning(caplog):
     policy_path = Path(__file__).resolve().parent.parent / "policies" / "demo.yaml"
     with caplog.at_level(logging.WARNING, logger="autoscaler.sim.loadscale"):
         plan, speedup, factor = build_plan(policy_path, 240.0)
-    assert 0 < len(plan) < 200 and not any("kept only" in r.getMessage() for r in caplog.records)
+    assert len(plan) > 0 and not any("kept only" in r.getMessage() for r in caplog.records)
+    # The same scaling as a backtest (the flag left on) keeps as few requests, and says so.
     trace = load_trace(str(DEMO_TRACE), "servegen")
     with caplog.at_level(logging.WARNING, logger="autoscaler.sim.loadscale"):
-        scale_for_policy(trace, load_policy(policy_path).policy, 0.85 / speedup)
+        scale_for_policy(trace, load_policy(policy_path).policy, PEAK_UTILIZATION / speedup)
     assert any("kept only" in r.getMessage() for r in caplog.records)

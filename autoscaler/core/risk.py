@@ -28,10 +28,12 @@ P = (1 - weight) x P_recent + weight x P_seasonal.
 
 **The error budget** (``slo.capacity_miss_budget_pct``). Each tick the core estimates the requests
 that missed because of capacity from its signals: the arrivals over the tick (request rate x tick),
-times the share of them whose queue wait reaches the TTFT target, when the queue wait at the SLO
-percentile was above ``scale_up.slo_burn_min_queue_wait_s`` and fewer groups than the ceiling were
-ready (with every group the ceiling allows serving, misses are not the scaling's doing; while the
-ceiling's last group is still starting, they are the cost of the drain that took it away). An
+times a share that grows with the queue wait they meet against the TTFT target (all of them once
+the wait reaches it), when the queue wait at the SLO percentile was above
+``scale_up.slo_burn_min_queue_wait_s`` (without that signal: whenever requests were queued) and
+fewer groups than the ceiling were ready (with every group the ceiling allows serving, misses are
+not the scaling's doing; while the ceiling's last group is still starting, they are the cost of
+the drain that took it away). An
 arrival that finds Q requests queued waits about Q / arrival rate, so the share is
 min(1, Q / rate / TTFT target): queued 3 at 2 requests/s, a 1.5 s wait against 3 s, half the tick's
 arrivals. Replays, which know every request's queue wait, check this count against the true
@@ -300,9 +302,11 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
                  queued: float, queue_wait_s: float | None, below_ceiling: bool = True) -> dict:
     """Fold this tick's estimated capacity misses and arrivals into the budget's burn.
 
-    Misses while every group the ceiling allows is active are not the scaling's doing (no decision
-    could have added a group): the budget counts the misses scaling caused."""
-    if arrivals_per_s is None:
+    Misses while every group the ceiling allows is ready are not the scaling's doing (no decision
+    could have added a group): the budget counts the misses scaling caused, those while the
+    ceiling's last group is still starting included. A rate that is unknown or not finite (NaN,
+    inf) changes nothing: it would poison the burn for hours."""
+    if arrivals_per_s is None or not math.isfinite(arrivals_per_s):
         return {}
     tick = policy.scaling.tick_interval_s
     # Negative readings (a user's PromQL, a counter reset) count as none: no negative misses or
