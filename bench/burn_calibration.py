@@ -34,7 +34,7 @@ from cv_matrix import SHORT, TRACE_NAMES, trace_path  # noqa: E402
 
 from autoscaler.core.risk import BURN_HALF_LIFE_S  # noqa: E402
 from autoscaler.policy.loader import load_policy  # noqa: E402
-from autoscaler.sim.backtest import prepare_trace, run_one  # noqa: E402
+from autoscaler.sim.backtest import met_and_capacity_misses, prepare_trace, run_one  # noqa: E402
 from autoscaler.sim.controllers import CoreController  # noqa: E402
 
 decide_module = importlib.import_module("autoscaler.core.decide")
@@ -45,8 +45,8 @@ def measure(path: str, policy, pu: float, seed: int) -> tuple[int, float, float]
     counted = [0.0]
     original = decide_module.burn_changes
 
-    def counting(memory, policy, now, arrivals_per_s, running, queued, queue_wait_s, below_ceiling=True):
-        changes = original(memory, policy, now, arrivals_per_s, running, queued, queue_wait_s, below_ceiling)
+    def counting(memory, policy, now, arrivals_per_s, queued, queue_wait_s, below_ceiling=True):
+        changes = original(memory, policy, now, arrivals_per_s, queued, queue_wait_s, below_ceiling)
         if changes:
             before = memory.budget_burn
             if before is None:
@@ -63,9 +63,7 @@ def measure(path: str, policy, pu: float, seed: int) -> tuple[int, float, float]
     finally:
         decide_module.burn_changes = original
     r = run.result
-    target = policy.slo.ttft_target_s
-    met = (r.ttft_s <= target) & ~r.cut
-    capacity_miss = (~met & (r.ttft_s - r.queue_s <= target)) | r.cut
+    _, capacity_miss = met_and_capacity_misses(r, policy)
     tick = np.clip(np.searchsorted(r.tick_t, tr.t_s, side="right") - 1, 0, len(r.tick_t) - 1)
     below = r.tick_ready[tick] < policy.fleet.ceiling_groups
     return len(tr.t_s), float((capacity_miss & below).sum()), counted[0]

@@ -270,13 +270,14 @@ def test_seasonal_risk_threshold_level_rule_and_missing_days():
 
 
 def test_negative_readings_count_as_no_misses():
-    # A user's PromQL can return negative values (a deriv(), a counter reset): queued -1 over 150
-    # arrivals would be -10 misses, which with the prior's +10 is a burn of exactly 0 (and the risk
-    # allowed a division by zero). Negative readings count as none: 0 misses in 150 arrivals, burn
-    # (0 + 10) / (150 + 1,000) / 1% = 0.87, allowed 1% / 0.87 = 1.15%.
+    # A user's PromQL can return negative values (a deriv(), a counter reset): queued -1 at 10
+    # requests/s would be a -0.1 s wait, -5 misses in 150 arrivals, a budget that looks less spent
+    # than it is (enough of them bring the burn to 0, and the risk allowed to a division by zero).
+    # Negative readings count as none: 0 misses in 150 arrivals, burn (0 + 10) / (150 + 1,000) / 1%
+    # = 0.87, allowed 1% / 0.87 = 1.15%.
     from autoscaler.core.risk import allowed_risk, burn_changes
 
-    mem = Memory().with_(**burn_changes(Memory(), P, T0, 10.0, 16.0, -1.0, 9.0))
+    mem = Memory().with_(**burn_changes(Memory(), P, T0, 10.0, -1.0, 9.0))
     assert mem.budget_burn == (0.0, 150.0, T0)
     assert allowed_risk(mem, P)[0] == pytest.approx(0.01 * 1150 / 1000)
 
@@ -381,14 +382,14 @@ def test_burn_counts_misses_in_proportion_to_the_queue_wait():
     from autoscaler.core.risk import burn_changes
 
     def misses(queued: float) -> float:
-        return burn_changes(Memory(), P, T0, 2.0, 12.0, queued, 4.0)["budget_burn"][0]
+        return burn_changes(Memory(), P, T0, 2.0, queued, 4.0)["budget_burn"][0]
 
     assert (misses(3.0), misses(6.0), misses(12.0)) == (pytest.approx(15.0), pytest.approx(30.0), pytest.approx(30.0))
     # A queue wait under slo_burn_min_queue_wait_s (0.5 s) is not a miss, however long the queue.
-    assert burn_changes(Memory(), P, T0, 2.0, 12.0, 3.0, 0.4)["budget_burn"][0] == 0.0
+    assert burn_changes(Memory(), P, T0, 2.0, 3.0, 0.4)["budget_burn"][0] == 0.0
     # A rate that is not finite changes nothing (inf x 0 would be NaN misses, for hours).
-    assert burn_changes(Memory(), P, T0, float("inf"), 12.0, 3.0, 4.0) == {}
-    assert burn_changes(Memory(), P, T0, float("nan"), 12.0, 3.0, 4.0) == {}
+    assert burn_changes(Memory(), P, T0, float("inf"), 3.0, 4.0) == {}
+    assert burn_changes(Memory(), P, T0, float("nan"), 3.0, 4.0) == {}
 
 
 def test_burn_counts_misses_while_the_ceilings_last_group_starts():

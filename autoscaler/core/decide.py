@@ -143,8 +143,8 @@ class _Tick:
             # burn, in one copy of the memory (each reads only fields the others do not change).
             changes = demand_changes(memory, policy, now, self.demand, self.risk_horizon)
             changes.update(minute_changes(memory, now, self.demand, self.risk_horizon))
-            changes.update(burn_changes(memory, policy, now, fl.request_rate, self.running or 0.0,
-                                        self.queued or 0.0, fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling))
+            changes.update(burn_changes(memory, policy, now, fl.request_rate, self.queued or 0.0,
+                                        fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling))
             memory = memory.with_(**changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)

@@ -33,14 +33,12 @@ the wait reaches it), when the queue wait at the SLO percentile was above
 ``scale_up.slo_burn_min_queue_wait_s`` (without that signal: whenever requests were queued) and
 fewer groups than the ceiling were ready (with every group the ceiling allows serving, misses are
 not the scaling's doing; while the ceiling's last group is still starting, they are the cost of
-the drain that took it away). An
-arrival that finds Q requests queued waits about Q / arrival rate, so the share is
-min(1, Q / rate / TTFT target): queued 3 at 2 requests/s, a 1.5 s wait against 3 s, half the tick's
-arrivals. Replays, which know every request's queue wait, check this count against the true
-capacity misses (bench/burn_calibration.py: 0.82-0.99 of them on the 14-day shared traces; the
-estimate it replaced, the queued share of the requests in the system while fewer groups than the
-ceiling were active, counted 0.03-0.11 of them). Burn = that
-share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget, counted with
+the drain that took it away). An arrival that finds Q requests queued waits about Q / arrival
+rate, so the share is min(1, Q / rate / TTFT target): queued 3 at 2 requests/s, a 1.5 s wait
+against 3 s, half the tick's arrivals. Replays, which know every request's queue wait, check this
+count against the true capacity misses (bench/burn_calibration.py: 0.82-0.99 of them on the 14-day
+shared traces; the estimate it replaced, the queued share of the requests in the system while
+fewer groups than the ceiling were active, counted 0.03-0.11 of them). Burn = that share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget, counted with
 a prior of ``BURN_PRIOR_MISSES`` misses spent exactly at the budget (at 1%: 10 misses in 1,000
 arrivals), so that boldness is earned: a fresh fleet starts at burn 1, and 1,000 arrivals without
 a miss halve it, not zero it. A scale-down may take risk up to budget x min(4, max(1/4, 1 / burn)):
@@ -291,15 +289,8 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
     return Risk(p, p_recent, p_seasonal, weight, len(ordered), days)
 
 
-def record_burn(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, running: float,
-                queued: float, queue_wait_s: float | None, below_ceiling: bool = True) -> Memory:
-    """Memory with this tick's capacity misses and arrivals folded into the burn (``burn_changes``)."""
-    changes = burn_changes(memory, policy, now, arrivals_per_s, running, queued, queue_wait_s, below_ceiling)
-    return memory.with_(**changes) if changes else memory
-
-
-def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, running: float,
-                 queued: float, queue_wait_s: float | None, below_ceiling: bool = True) -> dict:
+def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, queued: float,
+                 queue_wait_s: float | None, below_ceiling: bool = True) -> dict:
     """Fold this tick's estimated capacity misses and arrivals into the budget's burn.
 
     Misses while every group the ceiling allows is ready are not the scaling's doing (no decision
@@ -312,8 +303,7 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
     # Negative readings (a user's PromQL, a counter reset) count as none: no negative misses or
     # arrivals, which would make the burn look unspent.
     arrivals = max(0.0, arrivals_per_s) * tick
-    running, queued = max(0.0, running), max(0.0, queued)
-    demand = running + queued
+    queued = max(0.0, queued)
     slow = queue_wait_s > policy.scaling.scale_up.slo_burn_min_queue_wait_s if queue_wait_s is not None \
         else queued > 0
     # An arrival that finds ``queued`` requests waiting waits about queued / arrival rate (the queue
@@ -322,7 +312,7 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
     # request/s: a 3 s wait, the whole tick's arrivals; queued 1: a third of them.)
     wait = queued / arrivals_per_s if arrivals_per_s > 0 else 0.0
     share = min(1.0, wait / policy.slo.ttft_target_s)
-    misses = arrivals * share if (slow and demand > 0 and below_ceiling) else 0.0
+    misses = arrivals * share if (slow and below_ceiling) else 0.0
     prev = memory.budget_burn
     if prev is None:
         return {"budget_burn": (misses, arrivals, now)}

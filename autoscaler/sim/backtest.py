@@ -51,13 +51,18 @@ def model_params(policy: Policy) -> dict[str, Any]:
     }
 
 
-def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: float) -> dict[str, Any]:
-    n = len(result.ttft_s)
+def met_and_capacity_misses(result: SimResult, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
+    """Per request: (met the TTFT target, a capacity miss). docs/interfaces.md, "Capacity misses":
+    missed, but would have met the target without its queue wait, or cut by a drain: the misses that
+    more groups would have prevented."""
     target = policy.slo.ttft_target_s
     met = (result.ttft_s <= target) & ~result.cut
-    # docs/interfaces.md, "Capacity misses": missed, but would have met the target without its queue
-    # wait, or cut by a drain: the misses that more groups would have prevented.
-    capacity = (~met & (result.ttft_s - result.queue_s <= target)) | result.cut
+    return met, (~met & (result.ttft_s - result.queue_s <= target)) | result.cut
+
+
+def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: float) -> dict[str, Any]:
+    n = len(result.ttft_s)
+    met, capacity = met_and_capacity_misses(result, policy)
     nodes = policy.fleet.group_size_nodes
     span_h = (result.span_s[1] - result.span_s[0]) / 3600.0
     node_hours = result.node_hours(nodes)
