@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, cast
@@ -31,6 +31,25 @@ class ActResult:
     detail: str  # one line: what happened, per node where it matters
     exit_code: int | None = None  # the first failing command's exit code (or the last one's)
     output_tail: str | None = None  # the end of that command's output, bounded
+    interrupted: bool = False  # cut before it finished: leadership lost, or the shutdown's budget ran out
+
+
+@dataclass(frozen=True, slots=True)
+class ActContext:
+    """Who acts, and whether it may go on: the acting leader's ``epoch`` and ``instance`` (template
+    fields ``{epoch}`` and ``{instance}``, so a site's own script can refuse a stale fencing token),
+    and ``abort``, polled while a command runs: True when leadership was lost or the shutdown cut
+    the act, and the command's process group is then killed (the act is recorded as interrupted)."""
+
+    epoch: int = 0
+    instance: str = ""
+    abort: Callable[[], bool] | None = None
+
+    def aborted(self) -> bool:
+        return self.abort is not None and self.abort()
+
+
+NO_CONTEXT = ActContext()
 
 
 class Actuator(Protocol):
@@ -39,9 +58,11 @@ class Actuator(Protocol):
     @property
     def stopped_power_state(self) -> str: ...  # "idle" or "off"
 
-    def start(self, group: Group) -> ActResult: ...  # launch every node; returns once launched
+    # launch every node; returns once launched
+    def start(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> ActResult: ...
 
-    def stop(self, group: Group, *, force: bool = False) -> ActResult: ...  # returns once the stop is issued
+    # returns once the stop is issued
+    def stop(self, group: Group, *, force: bool = False, ctx: ActContext = NO_CONTEXT) -> ActResult: ...
 
     def status(self, group: Group) -> tuple[GroupStatus, str]: ...  # and a one-line detail
 
@@ -56,6 +77,7 @@ class CommandOutcome:
     seconds: float
     timed_out: bool = False
     error: str | None = None  # could not start it at all (no such file, permission)
+    interrupted: bool = False  # killed because the act was aborted (leadership lost, shutdown cut)
 
     @property
     def ok(self) -> bool:
@@ -64,15 +86,24 @@ class CommandOutcome:
     def describe(self) -> str:
         if self.error:
             return f"{self.argv[0]}: {self.error}"
+        if self.interrupted:
+            return f"{self.argv[0]}: interrupted after {self.seconds:.1f} s (leadership lost or shutdown)"
         if self.timed_out:
             return f"{self.argv[0]}: killed after {self.seconds:.0f} s (timeout)"
         return f"{self.argv[0]}: exit {self.exit_code}"
 
 
-def run_bounded(argv: Sequence[str], *, timeout_s: float, output_limit_bytes: int) -> CommandOutcome:
+ABORT_POLL_S = 0.1  # how often a running command checks ``abort``: an act dies within 0.1 s of losing the lease
+
+
+def run_bounded(argv: Sequence[str], *, timeout_s: float, output_limit_bytes: int,
+                abort: Callable[[], bool] | None = None) -> CommandOutcome:
     """Run ``argv`` (no shell) in its own process group. Output (stdout and stderr together) is
     read continuously, so a flood never blocks the child, and only the last ``output_limit_bytes``
-    are kept. At the timeout the whole group is killed (children included)."""
+    are kept. At the timeout, or as soon as ``abort()`` answers True (polled every 0.1 s), the
+    whole group is killed (children included). ``abort`` True before the start: nothing runs."""
+    if abort is not None and abort():
+        return CommandOutcome(tuple(argv), None, "", 0.0, interrupted=True)
     argv = tuple(argv)
     t0 = time.monotonic()
     try:
@@ -96,19 +127,31 @@ def run_bounded(argv: Sequence[str], *, timeout_s: float, output_limit_bytes: in
 
     thread = threading.Thread(target=reader, name="actuator-output", daemon=True)
     thread.start()
-    timed_out = False
-    try:
-        exit_code: int | None = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    timed_out = interrupted = False
+    deadline = t0 + timeout_s
+    exit_code: int | None = None
+    while True:
+        step = max(0.0, min(ABORT_POLL_S if abort is not None else timeout_s, deadline - time.monotonic()))
+        try:
+            exit_code = proc.wait(timeout=step)
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                timed_out = True
+            elif abort is not None and abort():
+                interrupted = True
+            else:
+                continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         exit_code = None
+        break
     # A grandchild that escaped the group may keep the pipe open: never wait on it for long.
     thread.join(timeout=1.0)
     with contextlib.suppress(OSError):
         if proc.stdout is not None:
             proc.stdout.close()
     data = b"".join(tail)[-output_limit_bytes:]
-    return CommandOutcome(argv, exit_code, data.decode("utf-8", errors="replace"), time.monotonic() - t0, timed_out)
+    return CommandOutcome(argv, exit_code, data.decode("utf-8", errors="replace"), time.monotonic() - t0, timed_out,
+                          interrupted=interrupted)

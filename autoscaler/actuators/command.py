@@ -1,33 +1,42 @@
 """The ``command`` actuator: argv templates run once per node, without a shell.
 
-Templates may use ``{node.name}``, ``{node.address}``, ``{group.name}``, ``{group.worker_url}``::
+Templates may use ``{node.name}``, ``{node.address}``, ``{group.name}``, ``{group.worker_url}``,
+``{epoch}`` (the acting leader's epoch: a fencing token a site's script may check, refusing an
+epoch older than the newest it has seen) and ``{instance}`` (the acting controller)::
 
     actuator:
       kind: command
-      start:  [ssh, "{node.address}", sudo, systemctl, start, "sglang-tp2@{group.name}"]
-      stop:   [ssh, "{node.address}", sudo, systemctl, stop, "sglang-tp2@{group.name}"]
-      status: [ssh, "{node.address}", systemctl, is-active, --quiet, "sglang-tp2@{group.name}"]
+      start:  [ssh, --, "{node.address}", sudo, systemctl, start, "sglang-tp2@{group.name}"]
+      stop:   [ssh, --, "{node.address}", sudo, systemctl, stop, "sglang-tp2@{group.name}"]
+      status: [ssh, --, "{node.address}", systemctl, is-active, --quiet, "sglang-tp2@{group.name}"]
       power_on:  [ipmitool, -H, "{node.name}-bmc", chassis, power, on]     # optional
       power_off: [ipmitool, -H, "{node.name}-bmc", chassis, power, soft]   # optional
       timeout_s: 60
 
+ssh joins its remote arguments into one string that the remote shell parses again: the policy
+refuses node addresses and worker URLs with shell characters, and ``--`` keeps an address from
+being read as an ssh option.
+
 The nodes of a group run their commands in parallel. Starting a group starts both nodes; when one
 half comes up and the other does not, the start fails and the half that came up is stopped again.
-Status: exit 0 = running, 3 = stopped (as ``systemctl is-active``), anything else = unknown.
+A forced stop runs ``power_off`` on every node even when the in-band ``stop`` failed or hung (a
+hung OS still gets its BMC power-off). Status: exit 0 = running, 3 = stopped (as
+``systemctl is-active``), anything else = unknown. A start or stop runs only while its
+``ActContext`` is not aborted: losing leadership kills the command's process group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from autoscaler.actuators.base import ActResult, CommandOutcome, GroupStatus, run_bounded
+from autoscaler.actuators.base import NO_CONTEXT, ActContext, ActResult, CommandOutcome, GroupStatus, run_bounded
 from autoscaler.policy.model import Group, Node, Policy, PowerState
 
 
-def render(argv: Sequence[str], group: Group, node: Node) -> list[str]:
+def render(argv: Sequence[str], group: Group, node: Node, ctx: ActContext = NO_CONTEXT) -> list[str]:
     fields = {"{node.name}": node.name, "{node.address}": node.address, "{group.name}": group.name,
-              "{group.worker_url}": group.worker_url}
+              "{group.worker_url}": group.worker_url, "{epoch}": str(ctx.epoch), "{instance}": ctx.instance}
     out = []
     for arg in argv:
         for key, value in fields.items():
@@ -41,7 +50,9 @@ class CommandActuator:
 
     def __init__(self, policy: Policy) -> None:
         self.config = policy.actuator
-        self._pool = ThreadPoolExecutor(max_workers=max(2, policy.fleet.group_size_nodes), thread_name_prefix="actuator")
+        nodes = sum(len(g.nodes) for g in policy.fleet.groups)
+        # Every node of every group at once: a status sweep of the fleet takes one slow ssh, not six.
+        self._pool = ThreadPoolExecutor(max_workers=max(2, nodes), thread_name_prefix="actuator")
 
     @property
     def stopped_power_state(self) -> str:
@@ -50,56 +61,77 @@ class CommandActuator:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _run(self, template: Sequence[str] | None, group: Group, node: Node) -> CommandOutcome | None:
+    def _run(self, template: Sequence[str] | None, group: Group, node: Node, ctx: ActContext) -> CommandOutcome | None:
         if not template:
             return None
-        return run_bounded(render(template, group, node), timeout_s=self.config.timeout_s,
-                           output_limit_bytes=self.config.output_limit_bytes)
+        return run_bounded(render(template, group, node, ctx), timeout_s=self.config.timeout_s,
+                           output_limit_bytes=self.config.output_limit_bytes,
+                           abort=ctx.abort)
 
-    def _on_each_node(self, group: Group, *templates: Sequence[str] | None) -> list[tuple[Node, CommandOutcome | None]]:
+    def _on_each_node(self, group: Group, *templates: Sequence[str] | None, ctx: ActContext = NO_CONTEXT,
+                      keep_going: bool = False) -> list[tuple[Node, CommandOutcome | None]]:
+        """Run the templates in order on every node (nodes in parallel). A failure ends a node's
+        steps, unless ``keep_going`` (a forced stop: power off whatever the in-band stop did);
+        the node's first failure is what it reports."""
         def steps(node: Node) -> CommandOutcome | None:
-            last = None
-            for template in templates:
-                outcome = self._run(template, group, node)
-                if outcome is not None:
-                    last = outcome
-                    if not outcome.ok:
-                        return outcome
-            return last
+            last = first_failure = None
+            for template in templates:  # run_bounded refuses to start a command once ctx is aborted
+                outcome = self._run(template, group, node, ctx)
+                if outcome is None:
+                    continue
+                last = outcome
+                if not outcome.ok:
+                    first_failure = first_failure or outcome
+                    if not keep_going:
+                        break
+            return first_failure or last
 
         return list(zip(group.nodes, self._pool.map(steps, group.nodes)))
 
-    def start(self, group: Group) -> ActResult:
-        results = self._on_each_node(group, self.config.power_on, self.config.start)
+    def start(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> ActResult:
+        results = self._on_each_node(group, self.config.power_on, self.config.start, ctx=ctx)
         failed = [(n, o) for n, o in results if o is not None and not o.ok]
         if not failed:
             return ActResult(True, f"started {', '.join(n.name for n, _ in results)}", 0,
                              _tail(results[-1][1]))
         detail = "; ".join(f"{n.name}: {o.describe()}" for n, o in failed)
+        interrupted = any(o.interrupted for _, o in failed)
         up = [n for n, o in results if o is None or o.ok]
-        if up:  # one half came up, the other did not: stop the half that did
-            undo = self._on_each_node_subset(group, up, self.config.stop, self.config.power_off)
+        if up and not interrupted:  # one half came up, the other did not: stop the half that did
+            undo = self._on_each_node_subset(group, up, self.config.stop, self.config.power_off, ctx=ctx)
             detail += "; stopped the half that came up (" + ", ".join(
                 f"{n.name}: {o.describe() if o else 'nothing to run'}" for n, o in undo) + ")"
         node, outcome = failed[0]
-        return ActResult(False, f"start failed: {detail}", outcome.exit_code, _tail(outcome))
+        return ActResult(False, f"start failed: {detail}", outcome.exit_code, _tail(outcome), interrupted=interrupted)
 
-    def _on_each_node_subset(self, group: Group, nodes: list[Node], *templates) -> list[tuple[Node, CommandOutcome | None]]:
+    def _on_each_node_subset(self, group: Group, nodes: list[Node], *templates,
+                             ctx: ActContext = NO_CONTEXT) -> list[tuple[Node, CommandOutcome | None]]:
         sub = group.model_copy(update={"nodes": tuple(nodes)})
-        return self._on_each_node(sub, *templates)
+        return self._on_each_node(sub, *templates, ctx=ctx)
 
-    def stop(self, group: Group, *, force: bool = False) -> ActResult:
-        # force (a drain that timed out) changes nothing here: the stop command is the site's own.
-        results = self._on_each_node(group, self.config.stop, self.config.power_off)
+    def stop(self, group: Group, *, force: bool = False, ctx: ActContext = NO_CONTEXT) -> ActResult:
+        # force: the power-off runs whatever the in-band stop did (failed, hung and killed at its timeout).
+        results = self._on_each_node(group, self.config.stop, self.config.power_off, ctx=ctx, keep_going=force)
         failed = [(n, o) for n, o in results if o is not None and not o.ok]
         if not failed:
             return ActResult(True, f"stopped {', '.join(n.name for n, _ in results)}", 0, _tail(results[-1][1]))
         node, outcome = failed[0]
         return ActResult(False, "stop failed: " + "; ".join(f"{n.name}: {o.describe()}" for n, o in failed),
-                         outcome.exit_code, _tail(outcome))
+                         outcome.exit_code, _tail(outcome), interrupted=any(o.interrupted for _, o in failed))
 
     def status(self, group: Group) -> tuple[GroupStatus, str]:
-        results = self._on_each_node(group, self.config.status)
+        return self._status_of(group, self._on_each_node(group, self.config.status))
+
+    def status_many(self, groups: Iterable[Group]) -> dict[str, tuple[GroupStatus, str]]:
+        """The status of several groups at once (every node in parallel): one sweep of the fleet
+        takes as long as its slowest status command."""
+        groups = list(groups)
+        futures = {g.name: [(n, self._pool.submit(self._run, self.config.status, g, n, NO_CONTEXT)) for n in g.nodes]
+                   for g in groups}
+        return {g.name: self._status_of(g, [(n, f.result()) for n, f in futures[g.name]]) for g in groups}
+
+    @staticmethod
+    def _status_of(group: Group, results: list[tuple[Node, CommandOutcome | None]]) -> tuple[GroupStatus, str]:
         states = []
         for node, outcome in results:
             if outcome is None:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from autoscaler.actuators.base import ActResult, GroupStatus
+from autoscaler.actuators.base import NO_CONTEXT, ActContext, ActResult, GroupStatus
 from autoscaler.policy.model import Group, Policy
 
 
@@ -64,8 +64,10 @@ class LocalActuator:
             "--metric-prefix", sig.metric_prefix,
         ]
 
-    def start(self, group: Group) -> ActResult:
+    def start(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> ActResult:
         self._reap()
+        if ctx.aborted():
+            return ActResult(False, "not started: the act was aborted (leadership lost or shutdown)", interrupted=True)
         parts = urlsplit(group.worker_url)
         if port_open(parts.hostname or "127.0.0.1", parts.port or 0):
             return ActResult(True, f"a worker already listens on {parts.hostname}:{parts.port}; not starting a second")
@@ -92,8 +94,10 @@ class LocalActuator:
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None
 
-    def stop(self, group: Group, *, force: bool = False) -> ActResult:
+    def stop(self, group: Group, *, force: bool = False, ctx: ActContext = NO_CONTEXT) -> ActResult:
         """SIGTERM (the worker finishes what it admitted, then exits), or SIGKILL with ``force``."""
+        if ctx.aborted():
+            return ActResult(False, "not stopped: the act was aborted (leadership lost or shutdown)", interrupted=True)
         parts = urlsplit(group.worker_url)
         if not port_open(parts.hostname or "127.0.0.1", parts.port or 0):
             self._reap()

@@ -40,8 +40,10 @@ def parse_gauge_sum(text: str, name: str) -> float | None:
 
 
 class WorkerProbe:
-    def __init__(self, *, metric_prefix: str = "sglang:", timeout_s: float = 2.0) -> None:
+    def __init__(self, *, metric_prefix: str = "sglang:", timeout_s: float = 2.0,
+                 health_timeout_s: float = 20.0) -> None:
         self.prefix = metric_prefix
+        self.health_timeout_s = health_timeout_s  # SGLang's /health generates a token: give it time
         self._http = httpx.Client(timeout=timeout_s, trust_env=False)
 
     def close(self) -> None:
@@ -49,7 +51,9 @@ class WorkerProbe:
 
     def healthy(self, worker_url: str) -> tuple[bool, str]:
         try:
-            r = self._http.get(worker_url + "/health")
+            r = self._http.get(worker_url + "/health", timeout=self.health_timeout_s)
+        except httpx.TimeoutException:
+            return False, f"{worker_url}/health: no answer within {self.health_timeout_s:g} s"
         except httpx.HTTPError as exc:
             return False, f"{worker_url}/health: unreachable ({type(exc).__name__})"
         if r.status_code == 200:

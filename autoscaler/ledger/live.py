@@ -36,6 +36,7 @@ class GroupRecord:
     health_failures: int = 0
     start_began_at: float | None = None
     removed_at: float | None = None  # when the drain removed the worker from the gateway
+    stop_issued_at: float | None = None  # a failed group: when its stop was issued (None: still to stop)
 
     def with_(self, **changes: Any) -> GroupRecord:
         return replace(self, **changes)
@@ -54,6 +55,32 @@ class ActionInfo:
 
 
 _RECORD_FIELDS = tuple(GroupRecord.__dataclass_fields__)
+
+# The legal phase changes, checked on every write (a phase may always stay as it is). Every act is
+# preceded by its mark: ``starting`` before the start command, ``draining`` before the gateway
+# removal, ``stopping`` before the stop command, so a crash leaves a phase that says what may be
+# running, and the next reconcile reads the real state until it settles.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "off": frozenset({"starting", "ready", "stopping"}),  # ready: adopted; stopping: a leftover found running
+    "starting": frozenset({"registering", "failed"}),
+    "registering": frozenset({"ready", "failed"}),
+    "ready": frozenset({"draining", "failed"}),
+    "draining": frozenset({"registering", "stopping", "off", "failed"}),  # registering: back to service
+    "stopping": frozenset({"off", "failed"}),
+    "failed": frozenset({"off"}),  # once stopped and its backoff is over (or an uncordon)
+}
+
+
+class IllegalTransition(ValueError):
+    """A write that would move a group along no edge of ``TRANSITIONS``: a programming error."""
+
+
+def check_transition(group: str, old: str | None, new: str) -> None:
+    if old is None or old == new:
+        return
+    if new not in TRANSITIONS.get(old, frozenset()):
+        allowed = ", ".join(sorted(TRANSITIONS.get(old, ()))) or "nothing"
+        raise IllegalTransition(f"group {group}: {old} -> {new} is not a legal phase change (from {old}: {allowed})")
 
 
 class LiveLedger:
@@ -79,14 +106,22 @@ class LiveLedger:
         detail: str = "",
         node_state: str | None = None,
         decision_id: int | None = None,
-    ) -> GroupRecord:
-        """Write ``record`` as the group's state and, in the same transaction, the lifecycle event
-        and the nodes' power state. Raises RuntimeFailure when the database refuses."""
+        intent: tuple[str, str] | None = None,
+        node_at: float | None = None,
+    ) -> int | None:
+        """Write ``record`` as the group's state and, in the same transaction, the lifecycle event,
+        the nodes' power state and (``intent`` = (kind, detail)) the journal's intent of the act
+        this phase is the mark of. Returns the intent's journal id (None without one). Raises
+        RuntimeFailure when the database refuses, IllegalTransition for a phase change that
+        ``TRANSITIONS`` does not allow. ``node_at``: when the node state begins (default ``at``; a
+        group found running is charged from its last start's intent)."""
         if event is not None:
             GroupEvent(at, record.name, event)  # validates the name
         values = {**asdict(record), "epoch": epoch, "updated_at": time.time()}
+        action_id = None
         with self.ledger._write() as conn:
-            exists = conn.execute(select(FleetGroupRow.name).where(FleetGroupRow.name == record.name)).first()
+            exists = conn.execute(select(FleetGroupRow.phase).where(FleetGroupRow.name == record.name)).first()
+            check_transition(record.name, exists[0] if exists else None, record.phase)
             if exists:
                 conn.execute(update(FleetGroupRow).where(FleetGroupRow.name == record.name).values(**values))
             else:
@@ -99,8 +134,12 @@ class LiveLedger:
                 )
             if run_id is not None and node_state is not None:
                 for node in self.ledger._group_nodes(conn, run_id, record.name):
-                    self.ledger._set_state(conn, run_id, node, record.name, node_state, at)
-        return record
+                    self.ledger._set_state(conn, run_id, node, record.name, node_state,
+                                           at if node_at is None else node_at)
+            if intent is not None:
+                action_id = self._insert_intent(conn, epoch=epoch, group=record.name, kind=intent[0], at=at,
+                                                detail=intent[1], run_id=run_id)
+        return action_id
 
     def set_nodes(self, run_id: int, group: str, state: str, at: float) -> None:
         self.ledger.set_group_state(run_id, group, state, at)
@@ -109,11 +148,15 @@ class LiveLedger:
     def intent(self, *, epoch: int, group: str, kind: str, at: float, detail: str, run_id: int | None) -> int:
         """Before a side effect: what is about to be done. Returns the journal id for ``result``."""
         with self.ledger._write() as conn:
-            return conn.execute(
-                insert(ActionRow).returning(ActionRow.id),
-                {"run_id": run_id, "epoch": epoch, "group_name": group, "kind": kind, "intent_at": at,
-                 "result_at": None, "outcome": None, "detail": detail, "exit_code": None, "output_tail": None},
-            ).scalar_one()
+            return self._insert_intent(conn, epoch=epoch, group=group, kind=kind, at=at, detail=detail, run_id=run_id)
+
+    @staticmethod
+    def _insert_intent(conn, *, epoch: int, group: str, kind: str, at: float, detail: str, run_id: int | None) -> int:
+        return conn.execute(
+            insert(ActionRow).returning(ActionRow.id),
+            {"run_id": run_id, "epoch": epoch, "group_name": group, "kind": kind, "intent_at": at,
+             "result_at": None, "outcome": None, "detail": detail, "exit_code": None, "output_tail": None},
+        ).scalar_one()
 
     def result(
         self,
@@ -126,7 +169,9 @@ class LiveLedger:
         exit_code: int | None = None,
         output_tail: str | None = None,
     ) -> None:
-        values: dict[str, Any] = {"result_at": at, "outcome": outcome, "epoch": epoch,
+        # The row keeps the epoch of the leader that intended the act; the writer of the result is
+        # ``result_epoch`` (a later leader settling an older one's open intent).
+        values: dict[str, Any] = {"result_at": at, "outcome": outcome, "result_epoch": epoch,
                                   "exit_code": exit_code, "output_tail": output_tail}
         if detail is not None:
             values["detail"] = detail
@@ -149,7 +194,17 @@ class LiveLedger:
                 q = q.where(ActionRow.group_name == group)
             rows = conn.execute(q).all()
             return [{c: getattr(r, c) for c in ("id", "group_name", "kind", "intent_at", "result_at", "outcome",
-                                                 "detail", "exit_code", "output_tail", "epoch")} for r in rows][::-1]
+                                                 "detail", "exit_code", "output_tail", "epoch", "result_epoch")}
+                    for r in rows][::-1]
+
+    def last_start_intent(self, group: str) -> float | None:
+        """When the newest start of ``group`` was intended (None: never): a group found running that
+        the records call off is charged from then."""
+        from sqlalchemy import func
+
+        with self.ledger._read() as conn:
+            return conn.execute(select(func.max(ActionRow.intent_at)).where(
+                ActionRow.group_name == group, ActionRow.kind == "start")).scalar()
 
     # ------------------------------------------------------------------ controller state
     def load_state(self, key: str) -> Mapping[str, Any] | None:

@@ -54,7 +54,7 @@ GROUP_EVENTS = (
 )  # fmt: skip
 LIVE_PHASES = ("off", "starting", "registering", "ready", "draining", "stopping", "failed")
 CONTROL_KINDS = ("pin", "unpin", "pause", "resume", "cordon", "uncordon")
-ACTION_OUTCOMES = ("ok", "failed", "abandoned")
+ACTION_OUTCOMES = ("ok", "failed", "abandoned", "interrupted")
 
 # SQLite has 64-bit rowids only for "INTEGER PRIMARY KEY"; BIGINT there would not autoincrement.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -264,6 +264,7 @@ class ActionRow(Base):
     detail: Mapped[str] = mapped_column(Text)
     exit_code: Mapped[int | None] = mapped_column(Integer)
     output_tail: Mapped[str | None] = mapped_column(Text)
+    result_epoch: Mapped[int | None] = mapped_column(Integer)  # who wrote the result (a later leader may settle it)
 
 
 class FleetGroupRow(Base):
@@ -283,6 +284,7 @@ class FleetGroupRow(Base):
     health_failures: Mapped[int] = mapped_column(Integer)  # failed health ticks in a row while ready
     start_began_at: Mapped[float | None] = mapped_column(EpochTime)
     removed_at: Mapped[float | None] = mapped_column(EpochTime)  # when a drain removed it from the gateway
+    stop_issued_at: Mapped[float | None] = mapped_column(EpochTime)  # a failed group: when its stop was issued
     epoch: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[float] = mapped_column(EpochTime)
 

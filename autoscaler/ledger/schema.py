@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -60,6 +61,20 @@ def one_line(exc: BaseException) -> str:
     return text[0].strip() if text else type(orig).__name__
 
 
+def _create_private(path: str) -> None:
+    """Create a new SQLite ledger file mode 0600 whatever the umask (its -wal and -shm files take
+    the database file's mode): the ledger holds the fleet's records, readable by its owner only.
+    An existing file is left as it is; a missing folder is SQLite's own error later."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 def make_engine(url: str, *, read_only: bool = False, flag: str = "--db") -> Engine:
     """An engine for ``url`` with the ledger's connection settings. BadInput for a bad URL
     (``flag`` names where the URL came from: ``--db`` or ``AUTOSCALER_DATABASE_URL``).
@@ -78,6 +93,8 @@ def make_engine(url: str, *, read_only: bool = False, flag: str = "--db") -> Eng
     if backend == "sqlite":
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
         db = parsed.database
+        if not read_only and db and db != ":memory:" and not db.startswith("file:"):
+            _create_private(db)
         if read_only and db and db != ":memory:" and not db.startswith("file:"):
             ro = f"file:{quote(str(Path(db).resolve()))}?mode=ro"
             kwargs["creator"] = lambda: sqlite3.connect(ro, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,

@@ -415,7 +415,7 @@ class PowerState(StrEnum):
 
 
 Argv = tuple[str, ...]
-TEMPLATE_FIELDS = ("node.name", "node.address", "group.name", "group.worker_url")
+TEMPLATE_FIELDS = ("node.name", "node.address", "group.name", "group.worker_url", "epoch", "instance")
 _TEMPLATE_FIELD = re.compile(r"\{([^{}]*)\}")
 
 
@@ -491,7 +491,18 @@ class LifecycleRules(StrictModel):
     retry_backoff_s: PosFloat = Field(60, description="Wait before the first retry; doubles each time (seconds).")
     retry_backoff_max_s: PosFloat = Field(900, description="Longest wait between retries (seconds).")
     health_failures_before_failed: Int = Field(
-        3, ge=1, description="A ready group whose /health fails this many ticks in a row is failed and replaced."
+        3, ge=1, description="A ready group whose /health fails this many probes in a row (or once while the "
+        "gateway also lists it unhealthy) is failed: drained, stopped and replaced.",
+    )
+    health_timeout_s: PosFloat = Field(
+        20, description="Most time one /health probe may take (seconds). SGLang's /health runs a one-token "
+        "generation and waits up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for it; under load it answers once the "
+        "next token comes out, so it takes about a second.",
+    )
+    status_sweep_s: PosFloat = Field(
+        60, description="Every this many seconds (and at the first tick) the actuator's status of every group is "
+        "read, whatever the records say: a running group recorded off is adopted or stopped, a ready group "
+        "that is not running is failed and replaced.",
     )
     unknown_worker: UnknownWorker = Field(
         UnknownWorker.ADOPT, description="A worker the gateway lists but the records call off: adopt or remove."

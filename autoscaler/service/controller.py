@@ -104,8 +104,6 @@ class Controller:
         self.executor = executor_factory(self.policy, self.live, self.run_id, epoch)
         self.executor.recheck = self._recheck
         self._init_node_states(now)
-        for note in self.executor.recover():
-            log.info("recovery: %s", note)
         self.controls = Controls()
         self.last_decision: Decision | None = None
         self.last_decision_at: float | None = None
@@ -116,16 +114,16 @@ class Controller:
 
     # ------------------------------------------------------------------ run bookkeeping
     def _init_node_states(self, now: float) -> None:
-        """A new run opens an interval for every node in its current power state."""
+        """A new run opens an interval for every node in its current power state (nothing to
+        recover: the records' phases say what may be running, and the first reconcile reads the
+        real state of every group)."""
         if not isinstance(self.executor, Executor):
             return
-        off_state = self.executor.actuator.stopped_power_state
         recorded = self.live.groups()
         for name, rec in self.executor.records.items():
-            # A failed group was stopped when it failed; every other phase but off has its nodes up.
-            self.live.set_nodes(self.run_id, name, off_state if rec.phase in ("off", "failed") else "active", now)
             if name not in recorded:  # a group seen for the first time: record it (off)
                 self.live.transition(rec, epoch=self.epoch, at=now)
+        self.executor.init_node_states(now)
 
     def save_policy_state(self, *, error: str | None, loaded: bool = False) -> None:
         """Record the policy in force (``loaded``: it was just loaded) and the last rejected edit, for
@@ -139,12 +137,16 @@ class Controller:
         except RuntimeFailure as exc:
             log.error("could not record the policy state: %s", exc)
 
-    def reload(self, loaded: LoadedPolicy) -> None:
-        """A valid edited policy: takes effect from the next decision; its version is recorded."""
+    def reload(self, loaded: LoadedPolicy, actuator: Any = None) -> None:
+        """A valid edited policy, applied between ticks: takes effect from the next decision; its
+        version is recorded; ``actuator`` (when its section changed) replaces the executor's."""
         now = self.clock()
         self.ledger.record_policy(self.run_id, loaded, at=now)
         self.loaded, self.policy = loaded, loaded.policy
-        self.executor.set_policy(loaded.policy)
+        if isinstance(self.executor, Executor):
+            self.executor.set_policy(loaded.policy, actuator)
+        else:
+            self.executor.set_policy(loaded.policy)
         if hasattr(self.signals, "set_policy"):
             self.signals.set_policy(loaded.policy)
         self.save_policy_state(error=None, loaded=True)
@@ -200,6 +202,8 @@ class Controller:
             log.error("signals: %s", exc)
         report = self.executor.reconcile()
         self.last_report = report
+        if not report.gateway_ok:  # every tick, until it answers: never a silent "starting" for ever
+            log.warning("gateway unusable: %s", report.gateway_problem)
         for sample in report.startup_samples:
             self.memory = record_startup(self.memory, sample)
         fleet = self._fleet()

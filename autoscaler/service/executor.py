@@ -2,45 +2,71 @@
 
 It never decides. Each tick the service calls ``reconcile`` (compare what the records say with
 what the gateway and the actuator report, and make one idempotent step per group), then asks the
-core with ``fleet_state()``, then ``apply``s the decision. Every side effect is journalled first
-(the intent), then done, then its result written; every phase change is one ledger transaction
-(group row, lifecycle event, node power state) carrying the leader's epoch. When a record cannot be
-written, no new action starts (``RecordsUnavailable``).
+core with ``fleet_state()``, then ``apply``s the decision.
+
+**Mark, intent, act, result.** Every side effect is preceded by one ledger transaction that
+writes the group's new phase (the *mark*: ``starting`` before the start command, ``draining``
+before the gateway removal, ``stopping`` before the stop command), the node power state and the
+journal's *intent*, with the leader's epoch; then the act runs; then its result is written. So
+after a crash at any point there is nothing to "recover": the next reconcile finds a group in
+``starting`` or ``stopping`` and reads its real state until it settles (Karpenter taints a node
+before it deletes it for the same reason). Every phase change is checked against
+``ledger.live.TRANSITIONS``. When a record cannot be written, no act starts (``RecordsUnavailable``).
+
+**Act only while leading.** ``Fence.may_act()`` is checked immediately before every act (after
+its intent is written: a leader frozen between the two does not act when it wakes), and polled
+while a command runs: losing the lease, or the shutdown's cut, kills the command's process group
+and records the act as ``interrupted``. A new leader treats an older epoch's open intent as still
+in flight until that act's timeout has passed: no act on that group before then.
 
 A group's life (``fleet_groups.phase``)::
 
     off -> starting -> registering -> ready -> draining -> stopping -> off
-                (any step) -> failed -> (after the retry backoff) off, or cordoned
+                (any step) -> failed -> (taken down, then after the retry backoff) off, or cordoned
 
-- starting: the actuator launched the nodes; waiting for the worker's /health (deadline
+- starting: the start was issued; waiting for the worker's /health (deadline
   ``lifecycle.health_deadline_s``). A command actuator's pair with one half down fails at once.
 - registering: ``POST /workers`` sent; waiting until the gateway lists the worker healthy
-  (deadline ``lifecycle.register_deadline_s``, or the gateway's job failed).
-- ready: serving. Its /health is read every tick; ``lifecycle.health_failures_before_failed`` in a
-  row fail it (taken out of the gateway, stopped, replaced by the core's next decision). A gateway
-  that restarted (it keeps workers in memory only) gets the group back (``reregistered``).
+  (deadline ``lifecycle.register_deadline_s`` from the worker's first healthy answer, also while
+  the gateway cannot be used; or the gateway's job failed).
+- ready: serving. Its /health is read every tick (timeout ``lifecycle.health_timeout_s``); it is
+  failed when ``lifecycle.health_failures_before_failed`` probes in a row fail, or when a probe
+  fails and the gateway also lists it unhealthy. A gateway that restarted (it keeps workers in
+  memory only) gets the group back (``reregistered``).
 - draining: removed from the gateway (every id listed at the group's URL, again each tick: a
   DELETE during a pending add does not cancel it). It is drained when a reading of the worker's
   *own* running + queued, taken at least ``drain.settle_s`` after the removal, is 0. Then the core
   is asked again (``recheck``): a scale-up that wants the group back returns it to service;
-  otherwise it is stopped. At ``drain.timeout_s``: ``stop`` (cut and count what is left) or
-  ``keep_serving`` (back to service, an alert logged). A group is never stopped while it may still
-  be registered: when the gateway cannot be read, the drain waits.
+  otherwise it is stopped. At ``drain.timeout_s``: ``stop`` (cut and count what is left, or
+  "unknown" when the worker cannot be read) or ``keep_serving``. A group is never stopped while
+  it may still be registered: when the gateway cannot be read, the drain waits.
+- failed: a group that served (registering, ready, draining) is taken down like a drain: out of
+  the gateway, stopped once its own in-flight count is 0 or at the drain timeout, never while the
+  gateway cannot be read or the DELETE failed. One that never registered is stopped at once. Its
+  nodes are charged as active until its status reads stopped.
 - stopping: the stop was issued; off once the actuator reports the group stopped.
+
+**Status sweep.** At the first reconcile and every ``lifecycle.status_sweep_s`` after, the status
+of every group is read whatever the records say. A group running that the records call off is
+adopted (taken through starting -> registering -> ready) or stopped, as
+``lifecycle.unknown_worker`` says, and charged from its last start's intent; a group the records
+call ready that is not running is failed and replaced.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from autoscaler.actuators.base import ActResult, Actuator, GroupStatus
+from autoscaler.actuators.base import ActContext, ActResult, Actuator, GroupStatus
 from autoscaler.adapters.gateway import GatewayClient, GatewayError, GatewayWorker, normalise_url
 from autoscaler.adapters.worker_probe import WorkerProbe
 from autoscaler.core.types import Action, Decision, FleetState, GroupState, Phase
 from autoscaler.errors import RuntimeFailure
+from autoscaler.faults import fault_point
 from autoscaler.ledger.live import GroupRecord, LiveLedger
 from autoscaler.policy.model import Group, OnDrainTimeout, Policy, UnknownWorker
 
@@ -56,10 +82,33 @@ CORE_PHASE = {
     "stopping": Phase.STOPPING,
     "failed": Phase.FAILED,
 }
+SERVED = ("registering", "ready", "draining")  # phases in which the gateway may have routed requests to it
 
 
 class RecordsUnavailable(RuntimeFailure):
     """The ledger refused a write: no new action starts until it accepts writes again."""
+
+
+class NotLeading(RuntimeFailure):
+    """This instance may not act now (leadership lost, or the shutdown cut the act in flight)."""
+
+
+class GroupBusy(RuntimeFailure):
+    """An older leader's act on this group may still be running: no act on it before its timeout."""
+
+
+@dataclass
+class Fence:
+    """Whether this instance may act at this moment. ``leading`` is the lease's local check (True
+    only within the renew deadline of the last renewal); ``cut`` is set by the shutdown when its
+    budget runs out. Tests and single-process tools use the default: always leading."""
+
+    leading: Callable[[], bool] = lambda: True
+    instance: str = "local"
+    cut: threading.Event = field(default_factory=threading.Event)
+
+    def may_act(self) -> bool:
+        return not self.cut.is_set() and self.leading()
 
 
 @dataclass
@@ -70,9 +119,10 @@ class TickReport:
     gateway_problem: str | None = None
     steps: list[str] = field(default_factory=list)
     startup_samples: list[float] = field(default_factory=list)  # measured start-ups that completed
-    drains_finished: list[tuple[str, float, float]] = field(default_factory=list)  # (group, seconds, cut)
+    drains_finished: list[tuple[str, float, float | None]] = field(default_factory=list)  # (group, s, cut or None)
     records_ok: bool = True
     alerts: list[str] = field(default_factory=list)
+    swept: bool = False  # the status of every group was read this tick
 
 
 Recheck = Callable[[str, float], bool]  # (group, now) -> True when the core wants the group back
@@ -90,6 +140,7 @@ class Executor:
         run_id: int,
         epoch: int,
         clock: Callable[[], float] = time.time,
+        fence: Fence | None = None,
     ) -> None:
         self.policy = policy
         self.live = live
@@ -99,11 +150,16 @@ class Executor:
         self.run_id = run_id
         self.epoch = epoch
         self.clock = clock
+        self.fence = fence or Fence()
         self.records = self._load_records()
         self.recheck: Recheck | None = None
         self._listed: list[GatewayWorker] | None = None  # this tick's gateway listing (None: unreadable)
-        self._orphans: set[str] = set()  # off groups found running at start-up
         self._reconciled = False
+        self._swept_at: float | None = None
+        self._busy: dict[str, tuple[float, int, str]] = {}  # group -> (until, action id, what): an older act
+        self._healthy_at: dict[str, float] = {}  # when a starting group's worker first answered /health
+        self.node_states: dict[str, tuple[str, float]] = {}  # group -> (power state charged, since)
+        self.interrupted_acts = 0  # acts cut before they finished (for the service's metric)
 
     # ---------------------------------------------------------------------------- state
     def _load_records(self) -> dict[str, GroupRecord]:
@@ -115,13 +171,22 @@ class Executor:
             out[g.name] = rec.with_(worker_url=g.worker_url) if rec.worker_url != g.worker_url else rec
         return out
 
-    def set_policy(self, policy: Policy) -> None:
-        """A reloaded policy: groups it adds start off; groups it drops are left as recorded."""
+    def set_policy(self, policy: Policy, actuator: Actuator | None = None) -> None:
+        """A reloaded policy, applied between ticks: groups it adds start off; a new actuator (its
+        templates or timeouts changed) replaces the old one. The service refuses an edit that drops
+        a group that is not off, so every recorded group is still in the fleet."""
         self.policy = policy
+        if actuator is not None and actuator is not self.actuator:
+            self.actuator.close()
+            self.actuator = actuator
+        self.probe.health_timeout_s = policy.lifecycle.health_timeout_s
         now = self.clock()
         for g in policy.fleet.groups:
             if g.name not in self.records:
                 self.records[g.name] = GroupRecord(g.name, "off", now, worker_url=g.worker_url)
+        for name in list(self.records):
+            if name not in policy.fleet.group_names():
+                del self.records[name]  # off (checked by the service): nothing left to reconcile
 
     def group(self, name: str) -> Group:
         return next(g for g in self.policy.fleet.groups if g.name == name)
@@ -134,42 +199,115 @@ class Executor:
         for g in self.policy.fleet.groups:
             rec = self.records[g.name]
             phase = CORE_PHASE[rec.phase]
-            if phase is Phase.OFF and rec.retry_at is not None and now < rec.retry_at:
-                phase = Phase.FAILED
+            if phase is Phase.OFF and ((rec.retry_at is not None and now < rec.retry_at)
+                                       or g.name in self._busy):
+                phase = Phase.FAILED  # not startable now: backoff, or an older leader's act may still run
             groups[g.name] = GroupState(g.name, phase, rec.since, cordoned=rec.cordoned)
         # Synced once a reconcile has read the records and settled each group. An unreachable gateway
         # does not unsync the fleet: the records say what each group is; registrations and drains
         # wait for the gateway, but a scale-up (starting nodes) need not.
         return FleetState(groups, synced=self._reconciled)
 
+    def init_node_states(self, now: float) -> None:
+        """A new run opens an interval for every node in its power state: active in every phase but
+        off; a failed group as its status says (charged until it reads stopped)."""
+        off_state = self.actuator.stopped_power_state
+        failed = [self.group(n) for n, r in self.records.items() if r.phase == "failed"]
+        statuses = self._statuses(failed) if failed else {}
+        for name, rec in self.records.items():
+            if rec.phase == "off":
+                state = off_state
+            elif rec.phase == "failed":
+                state = off_state if statuses[name][0] is GroupStatus.STOPPED else "active"
+            else:
+                state = "active"
+            self.live.set_nodes(self.run_id, name, state, now)
+            self.node_states[name] = (state, now)
+
     def _write(self, rec: GroupRecord, now: float, event: str | None = None, detail: str = "",
-               node_state: str | None = None, decision_id: int | None = None) -> GroupRecord:
+               node_state: str | None = None, decision_id: int | None = None,
+               intent: tuple[str, str] | None = None, charged_from: float | None = None) -> int | None:
+        """One transaction: the group's record, its event, its nodes' power state (from
+        ``charged_from``, default ``now``) and the intent of the act it marks."""
+        node_at = now
+        if node_state is not None and charged_from is not None:
+            # Never before the group's open interval began (the run's start, or its last change).
+            node_at = min(now, max(charged_from, self.node_states.get(rec.name, ("", 0.0))[1]))
+        old_phase = self.records[rec.name].phase if rec.name in self.records else None
         try:
-            self.live.transition(rec, epoch=self.epoch, at=now, run_id=self.run_id, event=event, detail=detail,
-                                 node_state=node_state, decision_id=decision_id)
+            action_id = self.live.transition(rec, epoch=self.epoch, at=now, run_id=self.run_id, event=event,
+                                             detail=detail, node_state=node_state, decision_id=decision_id,
+                                             intent=intent, node_at=node_at)
         except RuntimeFailure as exc:
             raise RecordsUnavailable(f"records unavailable: {exc}") from exc
         self.records[rec.name] = rec
+        if node_state is not None:
+            self.node_states[rec.name] = (node_state, node_at)
         if event:
             log.info("group %s: %s%s", rec.name, event, f" ({detail})" if detail else "")
-        return rec
+        if rec.phase != old_phase:
+            fault_point(f"after_mark:{rec.phase}")
+        return action_id
 
-    def _act(self, group: str, kind: str, detail: str, act: Callable[[], ActResult]) -> ActResult:
-        """Intent, act, result. No intent written -> no act."""
+    def _ctx(self) -> ActContext:
+        return ActContext(self.epoch, self.fence.instance, abort=lambda: not self.fence.may_act())
+
+    def _may_act(self, group: str, kind: str) -> None:
+        if not self.fence.may_act():
+            raise NotLeading(f"not leading: {kind} {group} not done")
+        busy = self._busy.get(group)
+        if busy is not None:
+            until, _, what = busy
+            if self.clock() < until:
+                raise GroupBusy(f"{group}: {what} may still be running until {until - self.clock():.0f} s from now; "
+                                f"no {kind} before then")
+
+    def _act(self, group: str, kind: str, detail: str, act: Callable[[ActContext], ActResult], *,
+             mark: GroupRecord | None = None, event: str | None = None, node_state: str | None = None,
+             decision_id: int | None = None, charged_from: float | None = None) -> ActResult:
+        """Mark and intent (one transaction), act, result. No intent written -> no act. The fence is
+        checked after the intent and just before the act, and polled during it."""
+        self._may_act(group, kind)
         now = self.clock()
+        if mark is not None:
+            action_id = self._write(mark, now, event, detail, node_state=node_state, decision_id=decision_id,
+                                    intent=(kind, detail), charged_from=charged_from)
+            assert action_id is not None
+        else:
+            try:
+                action_id = self.live.intent(epoch=self.epoch, group=group, kind=kind, at=now, detail=detail,
+                                             run_id=self.run_id)
+            except RuntimeFailure as exc:
+                raise RecordsUnavailable(f"records unavailable, not doing {kind} {group}: {exc}") from exc
+        fault_point(f"before_act:{kind}")
+        if not self.fence.may_act():
+            # Frozen or deposed between the intent and the act: never act. The result write is
+            # refused by the database if another leader took over; the new one settles the intent.
+            log.error("%s %s not done: leadership lost between its intent and the act", kind, group)
+            self._result(action_id, kind, group, ActResult(False, "not done: leadership lost before the act",
+                                                           interrupted=True), detail)
+            raise NotLeading(f"not leading: {kind} {group} not done")
+        result = act(self._ctx())
+        fault_point(f"after_act:{kind}")
+        self._result(action_id, kind, group, result, detail)
+        if result.interrupted:
+            raise NotLeading(f"{kind} {group} interrupted: {result.detail}")
+        return result
+
+    def _result(self, action_id: int, kind: str, group: str, result: ActResult, detail: str) -> None:
+        outcome = "interrupted" if result.interrupted else ("ok" if result.ok else "failed")
+        if result.interrupted:
+            self.interrupted_acts += 1
         try:
-            action_id = self.live.intent(epoch=self.epoch, group=group, kind=kind, at=now, detail=detail,
-                                         run_id=self.run_id)
-        except RuntimeFailure as exc:
-            raise RecordsUnavailable(f"records unavailable, not doing {kind} {group}: {exc}") from exc
-        result = act()
-        try:
-            self.live.result(action_id, epoch=self.epoch, at=self.clock(), outcome="ok" if result.ok else "failed",
+            self.live.result(action_id, epoch=self.epoch, at=self.clock(), outcome=outcome,
                              detail=f"{detail}: {result.detail}", exit_code=result.exit_code,
                              output_tail=result.output_tail)
         except RuntimeFailure as exc:
             log.error("records unavailable after %s %s (%s); the next reconcile settles it", kind, group, exc)
-        return result
+
+    def _gateway_act(self, group: str, kind: str, detail: str, call: Callable[[], ActResult]) -> ActResult:
+        """A gateway call as a journalled act (no mark: the phase is written after it)."""
+        return self._act(group, kind, detail, lambda _ctx: call())
 
     # ---------------------------------------------------------------------------- gateway steps
     def _read_gateway(self, report: TickReport) -> None:
@@ -187,14 +325,14 @@ class Executor:
         """POST /workers; returns the new id. Raises GatewayError."""
         box: dict[str, str] = {}
 
-        def act() -> ActResult:
+        def call() -> ActResult:
             try:
                 box["id"] = self.gateway.add(rec.worker_url or self.group(rec.name).worker_url)
             except GatewayError as exc:
                 return ActResult(False, str(exc))
             return ActResult(True, f"worker id {box['id']}")
 
-        result = self._act(rec.name, "register", f"POST /workers {rec.worker_url}", act)
+        result = self._gateway_act(rec.name, "register", f"POST /workers {rec.worker_url}", call)
         if not result.ok:
             raise GatewayError(self.gateway.base_url + "/workers", result.detail)
         return box["id"]
@@ -207,126 +345,194 @@ class Executor:
             ids.add(rec.worker_id)
         ok = True
         for worker_id in sorted(ids):
-            def act(worker_id=worker_id) -> ActResult:
+            def call(worker_id=worker_id) -> ActResult:
                 try:
                     known = self.gateway.remove(worker_id)
                 except GatewayError as exc:
                     return ActResult(False, str(exc))
                 return ActResult(True, "removed" if known else "the gateway did not know it")
 
-            ok = self._act(rec.name, "deregister", f"DELETE /workers/{worker_id}", act).ok and ok
+            ok = self._gateway_act(rec.name, "deregister", f"DELETE /workers/{worker_id}", call).ok and ok
         return ok
 
-    # ---------------------------------------------------------------------------- recovery
-    def recover(self) -> list[str]:
-        """At start-up: settle the journal's intents that have no result (a crash between an act and
-        its record), and stop leftovers the records call off that no pending step owns."""
-        notes: list[str] = []
-        now = self.clock()
-        open_actions = self.live.open_actions()
-        for action in open_actions:
-            rec = self.records.get(action.group)
-            outcome = "abandoned"
-            if rec is not None and action.kind == "start" and rec.phase == "off":
-                status, detail = self.actuator.status(self.group(action.group))
-                if status is GroupStatus.RUNNING:
-                    self._write(rec.with_(phase="starting", since=action.intent_at, start_began_at=action.intent_at),
-                                now, "started", f"found running after a restart ({detail})", node_state="active")
-                    outcome = "ok"
-            self.live.result(action.id, epoch=self.epoch, at=now, outcome=outcome,
-                             detail=f"{action.detail}: no result recorded (controller restarted); settled by reconcile")
-            notes.append(f"{action.group}: {action.kind} without a result -> {outcome}")
-        for g in self.policy.fleet.groups:
-            rec = self.records[g.name]
-            if rec.phase != "off":
+    # ---------------------------------------------------------------------------- older acts
+    def _act_timeout_s(self, kind: str) -> float:
+        """How long an act of ``kind`` can run at most: a command actuator runs up to two commands per
+        node in a row (power_on + start, stop + power_off), each bounded by ``timeout_s``."""
+        if kind in ("register", "deregister"):
+            return 30.0
+        timeout = getattr(self.policy.actuator, "timeout_s", 60.0)
+        return 2 * timeout + 5.0 if self.actuator.kind == "command" else 15.0
+
+    def _settle_open_intents(self, now: float, report: TickReport) -> None:
+        """Intents without a result from an older epoch (a crash, or a leader deposed mid-act): each
+        may still be running until its timeout; then it is settled as abandoned. The row keeps its
+        epoch; this leader's goes into ``result_epoch``."""
+        for action in self.live.open_actions():
+            if action.epoch >= self.epoch and action.group in self._busy:
                 continue
-            status, detail = self.actuator.status(g)
-            if status in (GroupStatus.RUNNING, GroupStatus.PARTIAL):
-                notes.append(f"{g.name}: running although the records say off ({detail}); reconcile settles it")
-                self._orphans.add(g.name)
-        return notes
+            until = action.intent_at + self._act_timeout_s(action.kind)
+            what = f"{action.kind} by epoch {action.epoch} (intent at {action.intent_at:.0f})"
+            if now < until:
+                if action.group not in self._busy:
+                    report.steps.append(f"{action.group}: {what} has no result; no act on it for "
+                                        f"{until - now:.0f} s (its timeout)")
+                    log.warning("group %s: %s has no result; waiting for its timeout before acting on it",
+                                action.group, what)
+                self._busy[action.group] = (until, action.id, what)
+                continue
+            self._busy.pop(action.group, None)
+            try:
+                self.live.result(action.id, epoch=self.epoch, at=now, outcome="abandoned",
+                                 detail=f"{action.detail}: no result recorded by epoch {action.epoch}; its timeout "
+                                        f"passed; settled by reconcile (epoch {self.epoch})")
+            except RuntimeFailure as exc:
+                raise RecordsUnavailable(f"records unavailable: {exc}") from exc
+            report.steps.append(f"{action.group}: settled {what} as abandoned")
 
     # ---------------------------------------------------------------------------- reconcile
+    def _statuses(self, groups: Iterable[Group]) -> dict[str, tuple[GroupStatus, str]]:
+        groups = list(groups)
+        many = getattr(self.actuator, "status_many", None)
+        if many is not None:
+            return many(groups)
+        return {g.name: self.actuator.status(g) for g in groups}
+
     def reconcile(self) -> TickReport:
         report = TickReport()
+        now = self.clock()
         self._read_gateway(report)
+        statuses: dict[str, tuple[GroupStatus, str]] = {}
+        try:
+            if not self._reconciled or self._busy:  # older epochs' intents: read once, then while any wait
+                self._settle_open_intents(now, report)
+            sweep_every = self.policy.lifecycle.status_sweep_s
+            if self._swept_at is None or now - self._swept_at >= sweep_every:
+                statuses = self._statuses(self.policy.fleet.groups)
+                self._swept_at, report.swept = now, True
+            else:  # between sweeps: only the failed groups still charged as active
+                up = [self.group(n) for n, r in self.records.items()
+                      if r.phase == "failed" and self.node_states.get(n, ("active", 0))[0] == "active"]
+                statuses = self._statuses(up) if up else {}
+        except RecordsUnavailable as exc:
+            report.records_ok = False
+            report.steps.append(str(exc))
+            return report
         for g in self.policy.fleet.groups:
             rec = self.records[g.name]
             try:
                 step = getattr(self, f"_settle_{rec.phase}")
-                step(g, rec, report)
+                step(g, rec, report, statuses.get(g.name))
+            except GroupBusy as exc:
+                report.steps.append(str(exc))
+            except NotLeading as exc:
+                report.steps.append(str(exc))
+                log.warning("%s", exc)
+                return report
             except RecordsUnavailable as exc:
                 report.records_ok = False
                 report.steps.append(f"{g.name}: {exc}")
                 log.error("%s", exc)
-                break
-        else:
-            self._reconciled = True
+                return report
+        self._reconciled = True
         return report
 
-    def _settle_off(self, g: Group, rec: GroupRecord, report: TickReport) -> None:
+    def _settle_off(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         listed = self._listed_at(g.worker_url)
         now = self.clock()
-        if not listed:
-            if g.name in self._orphans and self._listed is not None:
-                # Running, not in the gateway, and no record owns it: a leftover. Stop it.
-                self._orphans.discard(g.name)
-                result = self._act(g.name, "stop", f"stop leftover {g.name} (running, records say off)",
-                                   lambda: self.actuator.stop(g, force=True))
-                report.steps.append(f"{g.name}: stopped a leftover worker: {result.detail}")
-                self._write(rec, now, "removed", f"a leftover worker was running; stopped ({result.detail})")
-            return
-        self._orphans.discard(g.name)
-        if self.policy.lifecycle.unknown_worker is UnknownWorker.ADOPT and not rec.cordoned and any(
-            w.healthy for w in listed
-        ):
+        running = status is not None and status[0] in (GroupStatus.RUNNING, GroupStatus.PARTIAL)
+        adopt = self.policy.lifecycle.unknown_worker is UnknownWorker.ADOPT and not rec.cordoned
+        if listed and adopt and any(w.healthy for w in listed):
             worker = next(w for w in listed if w.healthy)
             report.steps.append(f"{g.name}: adopted worker {worker.id} the records called off")
             self._write(rec.with_(phase="ready", since=now, worker_id=worker.id, health_failures=0), now,
                         "adopted", f"the gateway lists {g.worker_url} (id {worker.id}) but the records said off",
-                        node_state="active")
+                        node_state="active", charged_from=self.live.last_start_intent(g.name) or now)
             return
-        report.steps.append(f"{g.name}: removing {len(listed)} gateway entr(ies) the records call off")
-        if self._deregister(rec):
-            self._write(rec.with_(worker_id=None), now, "removed",
-                        f"the gateway listed {g.worker_url} but the records said off; removed")
+        if listed:
+            report.steps.append(f"{g.name}: removing {len(listed)} gateway entr(ies) the records call off")
+            if self._deregister(rec):
+                self._write(rec.with_(worker_id=None), now, "removed",
+                            f"the gateway listed {g.worker_url} but the records said off; removed")
+            return
+        if not running:
+            return
+        assert status is not None
+        started = self.live.last_start_intent(g.name) or now
+        if adopt and status[0] is GroupStatus.RUNNING:
+            # Running and not in the gateway: take it through the normal start-up (health, register).
+            report.steps.append(f"{g.name}: running although the records said off; adopted as starting")
+            self._write(rec.with_(phase="starting", since=now, start_began_at=now, worker_id=None, removed_at=None,
+                                  health_failures=0), now, "adopted",
+                        f"running although the records said off ({status[1]}); charged from its last start",
+                        node_state="active", charged_from=started)
+            return
+        # unknown_worker: remove (or half a pair up): stop it; charged as active until it reads stopped.
+        report.steps.append(f"{g.name}: running although the records say off; stopping it")
+        self._act(g.name, "stop", f"stop leftover {g.name} (running, records say off: {status[1]})",
+                  lambda ctx: self.actuator.stop(g, force=True, ctx=ctx),
+                  mark=rec.with_(phase="stopping", since=now, worker_id=None), event="stopping",
+                  node_state="active", charged_from=started)
 
-    def _settle_starting(self, g: Group, rec: GroupRecord, report: TickReport) -> None:
+    def _settle_starting(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
         if self.actuator.kind == "command":
-            status, detail = self.actuator.status(g)
-            if status is GroupStatus.PARTIAL:
-                self._fail(g, rec, report, f"one half of the pair is down ({detail})")
+            status = status or self.actuator.status(g)
+            if status[0] is GroupStatus.PARTIAL:
+                self._fail(g, rec, report, f"one half of the pair is down ({status[1]})")
                 return
+        began = rec.start_began_at or rec.since
         healthy, detail = self.probe.healthy(g.worker_url)
         if healthy:
+            healthy_at = self._healthy_at.setdefault(g.name, now)
             if self._listed is None:
-                return  # register when the gateway answers
-            try:
-                worker_id = self._register(rec)
-            except GatewayError as exc:
-                report.steps.append(f"{g.name}: register failed: {exc}")
+                # Registration waits for the gateway, but not for ever: the register deadline runs
+                # from the worker's first healthy answer.
+                waited = now - healthy_at
+                msg = (f"{g.name}: healthy, waiting {waited:.0f} s for the gateway to register it "
+                       f"({report.gateway_problem})")
+                report.steps.append(msg)
+                if waited > self.policy.lifecycle.register_deadline_s:
+                    self._fail(g, rec, report, f"the gateway could not be used for "
+                               f"{self.policy.lifecycle.register_deadline_s:g} s ({report.gateway_problem})")
                 return
+            listed = self._listed_at(g.worker_url)
+            if listed:  # registered already (a crash between the POST and its record): take its id
+                worker_id = listed[0].id
+            else:
+                try:
+                    worker_id = self._register(rec)
+                except GatewayError as exc:
+                    report.steps.append(f"{g.name}: register failed: {exc}")
+                    return
             self._write(rec.with_(phase="registering", since=now, worker_id=worker_id), now, "registering",
-                        f"POST /workers {g.worker_url} -> {worker_id}")
-            self._settle_registering(g, self.records[g.name], report)
+                        f"POST /workers {g.worker_url} -> {worker_id}; the worker answered /health "
+                        f"{healthy_at - began:.1f} s after its start")
+            self._settle_registering(g, self.records[g.name], report, None)
             return
-        began = rec.start_began_at or rec.since
         if now - began > self.policy.lifecycle.health_deadline_s:
             self._fail(g, rec, report, f"no healthy /health within {self.policy.lifecycle.health_deadline_s:g} s ({detail})")
 
-    def _settle_registering(self, g: Group, rec: GroupRecord, report: TickReport) -> None:
-        if self._listed is None:
-            return
+    def _settle_registering(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
+        healthy_at = self._healthy_at.get(g.name, rec.since)
+        if self._listed is None:
+            if now - rec.since > self.policy.lifecycle.register_deadline_s:
+                self._fail(g, rec, report, f"the gateway could not be used for "
+                           f"{self.policy.lifecycle.register_deadline_s:g} s ({report.gateway_problem})")
+            return
         listed = self._listed_at(g.worker_url)
         healthy = next((w for w in listed if w.healthy), None)
         if healthy is not None:
             began = rec.start_began_at or rec.since
-            report.startup_samples.append(now - began)
+            # The start-up sample is the worker's own: from the start to its first healthy /health,
+            # not the wait on the gateway (which may have been unusable).
+            startup = (healthy_at if g.name in self._healthy_at else now) - began
+            self._healthy_at.pop(g.name, None)
+            report.startup_samples.append(startup)
             self._write(rec.with_(phase="ready", since=now, worker_id=healthy.id, attempts=0, retry_at=None,
                                   cause=None, health_failures=0), now, "ready",
-                        f"listed healthy by the gateway; start-up took {now - began:.1f} s")
+                        f"listed healthy by the gateway; start-up took {startup:.1f} s")
             return
         try:
             info = self.gateway.get(rec.worker_id) if rec.worker_id else None
@@ -348,19 +554,27 @@ class Executor:
             self._fail(g, rec, report,
                        f"the gateway did not list the worker healthy within {self.policy.lifecycle.register_deadline_s:g} s")
 
-    def _settle_ready(self, g: Group, rec: GroupRecord, report: TickReport) -> None:
+    def _settle_ready(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
+        if status is not None and status[0] is GroupStatus.STOPPED:
+            self._fail(g, rec, report, f"the records say ready but it is not running ({status[1]})")
+            return
         healthy, detail = self.probe.healthy(g.worker_url)
         if not healthy:
             failures = rec.health_failures + 1
-            if failures >= self.policy.lifecycle.health_failures_before_failed:
-                self._fail(g, rec, report, f"/health failed {failures} ticks in a row ({detail})")
+            listed = self._listed_at(g.worker_url) if self._listed is not None else []
+            gateway_unhealthy = bool(listed) and not any(w.healthy for w in listed)
+            if failures >= self.policy.lifecycle.health_failures_before_failed or gateway_unhealthy:
+                why = (f"/health failed {failures} probe(s) in a row ({detail})"
+                       + ("; the gateway also lists it unhealthy" if gateway_unhealthy else ""))
+                self._fail(g, rec, report, why)
                 return
             self._write(rec.with_(health_failures=failures), now, None)
             report.steps.append(f"{g.name}: health failure {failures} ({detail})")
             return
         if rec.health_failures:
-            rec = self._write(rec.with_(health_failures=0), now, None)
+            self._write(rec.with_(health_failures=0), now, None)
+            rec = self.records[g.name]
         if self._listed is not None and not self._listed_at(g.worker_url):
             # The gateway keeps its workers in memory: after a restart it comes back empty.
             try:
@@ -372,22 +586,34 @@ class Executor:
                         f"the gateway did not list {g.worker_url}; POST /workers -> {worker_id}")
             report.steps.append(f"{g.name}: re-registered with the gateway")
 
-    def _settle_draining(self, g: Group, rec: GroupRecord, report: TickReport) -> None:
+    def _out_of_gateway(self, g: Group, rec: GroupRecord, report: TickReport, now: float) -> GroupRecord | None:
+        """Remove the group from the gateway (again while it is listed: a pending add appears after
+        a DELETE). Returns the record once it is out (``removed_at`` set), None while it may still
+        be registered (the gateway unreadable, a DELETE failed, or just removed: settle first)."""
+        if self._listed is None:
+            report.steps.append(f"{g.name}: waits: the gateway cannot be read ({report.gateway_problem})")
+            return None
+        if rec.removed_at is None or self._listed_at(g.worker_url):
+            if self._deregister(rec):
+                self._write(rec.with_(removed_at=now, worker_id=None), now, None)
+            else:
+                report.steps.append(f"{g.name}: waits: the gateway refused the DELETE")
+            return None
+        return rec
+
+    def _settle_draining(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
         drain = self.policy.drain
-        if self._listed is None:
-            report.steps.append(f"{g.name}: drain waits: the gateway cannot be read ({report.gateway_problem})")
-            if now - rec.since > drain.timeout_s:
+        out = self._out_of_gateway(g, rec, report, now)
+        if out is None:
+            if self._listed is None and now - rec.since > drain.timeout_s:
                 report.alerts.append(f"{g.name}: drain past its timeout and the gateway is unreachable; not stopping")
             return
-        if rec.removed_at is None or self._listed_at(g.worker_url):
-            # First removal, or a pending add that appeared after the DELETE: (re)move, settle again.
-            if self._deregister(rec):
-                rec = self._write(rec.with_(removed_at=now, worker_id=None), now, None)
-            return
+        rec = out
+        assert rec.removed_at is not None
         reading = self.probe.load(g.worker_url)
         in_flight = reading.in_flight
-        if in_flight is None and self.actuator.status(g)[0] is GroupStatus.STOPPED:
+        if in_flight is None and (status or self.actuator.status(g))[0] is GroupStatus.STOPPED:
             # The worker is gone (a crash between the stop and its record, or it died): nothing to drain.
             self._write(rec, now, "drained", f"the worker is already stopped ({reading.problem})")
             self._write(rec.with_(phase="off", since=now, removed_at=None, worker_id=None), now, "stopped",
@@ -400,8 +626,7 @@ class Executor:
         if now - rec.since > drain.timeout_s:
             left = "unknown" if in_flight is None else f"{in_flight:g}"
             if drain.on_timeout is OnDrainTimeout.STOP:
-                cut = in_flight or 0
-                self._drained(g, rec, report, cut=cut, timed_out=True,
+                self._drained(g, rec, report, cut=in_flight, timed_out=True,
                               detail=f"timeout after {drain.timeout_s:g} s; {left} requests cut")
             else:
                 msg = f"{g.name}: drain timed out after {drain.timeout_s:g} s with {left} in flight; kept serving"
@@ -409,7 +634,7 @@ class Executor:
                 log.error("%s", msg)
                 self._return_to_service(g, rec, report, f"drain timeout ({left} in flight); on_timeout keep_serving")
 
-    def _drained(self, g: Group, rec: GroupRecord, report: TickReport, *, cut: float, detail: str,
+    def _drained(self, g: Group, rec: GroupRecord, report: TickReport, *, cut: float | None, detail: str,
                  timed_out: bool = False) -> None:
         now = self.clock()
         report.drains_finished.append((g.name, now - rec.since, cut))
@@ -431,73 +656,115 @@ class Executor:
 
     def _stop(self, g: Group, rec: GroupRecord, report: TickReport, *, force: bool = False) -> None:
         now = self.clock()
-        result = self._act(g.name, "stop", f"stop {g.name}" + (" (forced)" if force else ""),
-                           lambda: self.actuator.stop(g, force=force))
+        detail = f"stop {g.name}" + (" (forced)" if force else "")
+        result = self._act(g.name, "stop", detail, lambda ctx: self.actuator.stop(g, force=force, ctx=ctx),
+                           mark=rec.with_(phase="stopping", since=now, worker_id=None), event="stopping")
         if not result.ok:
             report.steps.append(f"{g.name}: stop failed: {result.detail}")
-        self._write(rec.with_(phase="stopping", since=now, worker_id=None), now, "stopping", result.detail)
 
-    def _settle_stopping(self, g: Group, rec: GroupRecord, report: TickReport) -> None:
+    def _settle_stopping(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
-        status, detail = self.actuator.status(g)
-        if status is GroupStatus.STOPPED:
+        state, detail = status or self.actuator.status(g)
+        if state is GroupStatus.STOPPED:
             self._write(rec.with_(phase="off", since=now, removed_at=None, health_failures=0), now, "stopped", detail,
                         node_state=self.actuator.stopped_power_state)
             return
         waited = now - rec.since
-        if waited > self.policy.lifecycle.stop_deadline_s:
-            self._act(g.name, "stop", f"stop {g.name} again (forced): still {status.value} after {waited:.0f} s",
-                      lambda: self.actuator.stop(g, force=True))
-            if waited > 2 * self.policy.lifecycle.stop_deadline_s:
-                self._write(rec.with_(phase="failed", since=now, cause=f"did not stop: {detail}"), now, "failed",
-                            f"did not stop within {2 * self.policy.lifecycle.stop_deadline_s:g} s ({detail})")
+        deadline = self.policy.lifecycle.stop_deadline_s
+        if waited > deadline:
+            if waited > 2 * deadline:
+                self._write(rec.with_(phase="failed", since=now, cause=f"did not stop: {detail}", stop_issued_at=now),
+                            now, "failed", f"did not stop within {2 * deadline:g} s ({detail})")
+            self._act(g.name, "stop", f"stop {g.name} again (forced): still {state.value} after {waited:.0f} s",
+                      lambda ctx: self.actuator.stop(g, force=True, ctx=ctx))
 
-    def _settle_failed(self, g: Group, rec: GroupRecord, report: TickReport) -> None:
+    def _settle_failed(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
+        if rec.stop_issued_at is None:
+            self._take_down(g, rec, report, status, now)
+            return
+        if status is not None:
+            charged = self.node_states.get(g.name, ("active", now))[0]
+            if status[0] is GroupStatus.STOPPED and charged == "active":
+                self._write(rec, now, None, node_state=self.actuator.stopped_power_state)
+            elif status[0] in (GroupStatus.RUNNING, GroupStatus.PARTIAL) and charged != "active":
+                self._write(rec, now, None, node_state="active")
         if self._listed_at(g.worker_url):
             self._deregister(rec)
         if rec.cordoned or rec.retry_at is None or now < rec.retry_at:
             return
-        status, detail = self.actuator.status(g)
-        if status is GroupStatus.RUNNING or status is GroupStatus.PARTIAL:
-            self._act(g.name, "stop", f"stop the failed {g.name} before a retry", lambda: self.actuator.stop(g, force=True))
+        status = status or self.actuator.status(g)
+        if status[0] in (GroupStatus.RUNNING, GroupStatus.PARTIAL):
+            self._act(g.name, "stop", f"stop the failed {g.name} before a retry",
+                      lambda ctx: self.actuator.stop(g, force=True, ctx=ctx))
             return
-        # Back off done: startable again (the core decides whether to start it).
-        self._write(rec.with_(phase="off", since=now), now, None, node_state=self.actuator.stopped_power_state
-                    if status is GroupStatus.STOPPED else None)
+        if status[0] is GroupStatus.STOPPED:  # back off done: startable again (the core decides)
+            self._write(rec.with_(phase="off", since=now, stop_issued_at=None), now, None,
+                        node_state=self.actuator.stopped_power_state)
+
+    def _take_down(self, g: Group, rec: GroupRecord, report: TickReport, status, now: float) -> None:
+        """A failed group not yet stopped. One that served is drained first; never stopped while
+        it may still be registered."""
+        served = rec.removed_at is not None or rec.worker_id is not None or bool(self._listed_at(g.worker_url))
+        cut: float | None = 0.0
+        if served or self._listed is None:
+            out = self._out_of_gateway(g, rec, report, now)
+            if out is None:
+                return
+            rec = out
+            assert rec.removed_at is not None
+            reading = self.probe.load(g.worker_url)
+            cut = reading.in_flight
+            settled = reading.at >= rec.removed_at + self.policy.drain.settle_s
+            stopped = (status or self.actuator.status(g))[0] is GroupStatus.STOPPED
+            if not (stopped or (settled and cut == 0) or now - rec.since > self.policy.drain.timeout_s):
+                report.steps.append(f"{g.name}: failed; out of the gateway, waiting for its "
+                                    f"{'unknown' if cut is None else f'{cut:g}'} request(s) in flight")
+                return
+            if stopped:
+                cut = 0.0
+        left = "unknown" if cut is None else f"{cut:g}"
+        self._act(g.name, "stop", f"stop the failed {g.name} ({left} request(s) cut)",
+                  lambda ctx: self.actuator.stop(g, force=True, ctx=ctx),
+                  mark=rec.with_(stop_issued_at=now, worker_id=None), event=None)
+        if cut:
+            report.drains_finished.append((g.name, now - rec.since, cut))
 
     def _fail(self, g: Group, rec: GroupRecord, report: TickReport, cause: str) -> None:
-        """Take the group out of the gateway, stop what is up, record the failure; retry with
-        backoff; after the last retry, cordon it with the cause."""
+        """Record the failure (the core sees the group failed and replaces it); the group is then
+        taken down safely by ``_settle_failed``; retry with backoff; after the last retry, cordon it."""
         now = self.clock()
-        if self._listed is not None:
-            self._deregister(rec)
-        result = self._act(g.name, "stop", f"stop the failed {g.name}", lambda: self.actuator.stop(g, force=True))
         lc = self.policy.lifecycle
-        attempts = rec.attempts + 1
+        attempts = rec.attempts + (0 if rec.phase in ("ready", "draining") else 1)  # a start that failed
         cordon = attempts > lc.start_retries
-        retry_at = None if cordon else now + lc.backoff_s(attempts)
+        retry_at = None if cordon else now + lc.backoff_s(max(1, attempts))
         detail = cause + (f"; cordoned after {attempts} failed attempts (uncordon to retry)" if cordon
-                          else f"; retry {attempts}/{lc.start_retries} after {lc.backoff_s(attempts):g} s")
+                          else f"; retry {attempts}/{lc.start_retries} after {lc.backoff_s(max(1, attempts)):g} s")
         report.steps.append(f"{g.name}: failed: {detail}")
         log.warning("group %s failed: %s", g.name, detail)
-        status, _ = self.actuator.status(g) if result.ok else (GroupStatus.UNKNOWN, "")
-        node_state = self.actuator.stopped_power_state if status is GroupStatus.STOPPED else None
-        self._write(rec.with_(phase="failed", since=now, worker_id=None, attempts=attempts, retry_at=retry_at,
-                              cordoned=rec.cordoned or cordon, cause=cause, removed_at=None, health_failures=0),
-                    now, "failed", detail, node_state=node_state)
+        served = rec.phase in SERVED
+        self._healthy_at.pop(g.name, None)
+        failed = rec.with_(phase="failed", since=now, attempts=attempts, retry_at=retry_at,
+                           cordoned=rec.cordoned or cordon, cause=cause, health_failures=0, stop_issued_at=None,
+                           removed_at=rec.removed_at if served else None,
+                           worker_id=rec.worker_id if served else None)
+        self._write(failed, now, "failed", detail)
         if cordon:
             self._write(self.records[g.name], now, "cordoned", f"after {attempts} failed attempts: {cause}")
+        self._take_down(g, self.records[g.name], report, None, now)
 
     # ---------------------------------------------------------------------------- apply
     def apply(self, decision: Decision, *, decision_id: int | None = None) -> list[str]:
         """Carry out a scale_up or scale_down. Returns one line per step taken."""
         done: list[str] = []
-        if decision.action is Action.SCALE_UP:
-            for name in decision.groups or ((decision.group,) if decision.group else ()):
-                done.append(self._start(name, decision_id))
-        elif decision.action is Action.SCALE_DOWN and decision.group:
-            done.append(self._begin_drain(decision.group, decision_id))
+        try:
+            if decision.action is Action.SCALE_UP:
+                for name in decision.groups or ((decision.group,) if decision.group else ()):
+                    done.append(self._start(name, decision_id))
+            elif decision.action is Action.SCALE_DOWN and decision.group:
+                done.append(self._begin_drain(decision.group, decision_id))
+        except (GroupBusy, NotLeading) as exc:
+            done.append(str(exc))
         return done
 
     def _start(self, name: str, decision_id: int | None) -> str:
@@ -510,25 +777,26 @@ class Executor:
             return f"{name}: returned to service from draining"
         if rec.phase != "off":
             return f"{name}: not started: it is {rec.phase}"
+        mark = rec.with_(phase="starting", since=now, start_began_at=now, removed_at=None, worker_id=None,
+                         health_failures=0)
         result = self._act(name, "start", f"start {name} ({', '.join(n.name for n in g.nodes)})",
-                           lambda: self.actuator.start(g))
+                           lambda ctx: self.actuator.start(g, ctx=ctx), mark=mark, event="started",
+                           node_state="active", decision_id=decision_id)
         if not result.ok:
-            report = TickReport()
-            self._fail(g, rec.with_(phase="starting", since=now, start_began_at=now), report, result.detail)
+            self._fail(g, self.records[name], TickReport(), result.detail)
             return f"{name}: start failed: {result.detail}"
-        self._write(rec.with_(phase="starting", since=now, start_began_at=now, removed_at=None, worker_id=None,
-                              health_failures=0), now, "started", result.detail, node_state="active",
-                    decision_id=decision_id)
         return f"{name}: starting"
 
     def _begin_drain(self, name: str, decision_id: int | None) -> str:
         _g, rec = self.group(name), self.records[name]  # group() refuses an unknown name
         if rec.phase != "ready":
             return f"{name}: not drained: it is {rec.phase}"
+        self._may_act(name, "drain")
         now = self.clock()
-        rec = self._write(rec.with_(phase="draining", since=now, removed_at=None), now, "drain_started",
-                          "removing from the gateway; waiting for its own running + queued to reach 0",
-                          decision_id=decision_id)
+        self._write(rec.with_(phase="draining", since=now, removed_at=None), now, "drain_started",
+                    "removing from the gateway; waiting for its own running + queued to reach 0",
+                    decision_id=decision_id)
+        rec = self.records[name]
         report = TickReport()
         self._read_gateway(report)
         if self._listed is not None and self._deregister(rec):
@@ -545,8 +813,6 @@ class Executor:
         if cordoned:
             changes["cause"] = why
         else:
-            changes.update(attempts=0, retry_at=None, cause=None)
-            if rec.phase == "failed":
-                changes.update(phase="off", since=now)
+            # A failed group's backoff ends now: off once its status reads stopped.
+            changes.update(attempts=0, retry_at=now if rec.phase == "failed" else None, cause=None)
         self._write(rec.with_(**changes), now, "cordoned" if cordoned else "uncordoned", why)
-

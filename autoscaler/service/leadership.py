@@ -441,7 +441,10 @@ class SqliteFlock:
         try:
             # No O_TRUNC: the holder's name must survive a failed attempt. O_CLOEXEC: children
             # started by subprocess never inherit (and so never keep) the lock.
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # O_NOFOLLOW: a symlink planted at the lock's path is refused, never followed. 0600 and
+            # fchmod: the file is the owner's whatever the umask.
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            os.fchmod(fd, 0o600)
         except OSError as exc:
             raise RuntimeFailure(f"{path}: cannot open the ledger's lock file: {exc.strerror}") from exc
         try:

@@ -42,6 +42,12 @@ class ServiceMetrics:
         self.policy_error = Gauge("autoscaler_policy_error", "1 while the policy file on disk is invalid.", registry=r)
         self.leader = Gauge("autoscaler_leader", "1 when this instance leads, else 0.", registry=r)
         self.epoch = Gauge("autoscaler_epoch", "The leadership epoch this instance holds or last saw.", registry=r)
+        self.gateway_up = Gauge("autoscaler_gateway_up", "1 when the last reconcile could list the gateway's "
+                                "workers, 0 when it could not (unreachable, refused, not the gateway).", registry=r)
+        self.acts_interrupted = Counter("autoscaler_acts_interrupted_total", "Acts cut before they finished: "
+                                        "leadership lost, or the shutdown's budget ran out.", registry=r)
+        self.reload_refused = Gauge("autoscaler_policy_reload_refused", "1 while a valid policy edit is refused "
+                                    "live (actuator.kind changed, or a group dropped that is not off).", registry=r)
         self.last_decision = Gauge("autoscaler_last_decision_timestamp_seconds", "Time of the last decision.",
                                    registry=r)
         self.last_tick = Gauge("autoscaler_last_tick_timestamp_seconds", "Time of the last finished tick.",

@@ -1,22 +1,30 @@
 """``autoscaler run``: the long-lived service.
 
 - **Leadership** (``service.leadership``): a lease in PostgreSQL, or an exclusive ``flock`` beside a
-  SQLite file. Only the leader builds a ``Controller`` and acts; a standby serves ``/healthz``,
-  ``/status`` and ``/metrics`` and takes over once the lease has expired, with epoch + 1. The lease
-  is renewed by its own job every ``retry_s``, apart from the tick.
+  SQLite file. The lease is renewed every ``retry_s`` by a thread of its own that does no I/O but
+  the lease: it never waits on the fleet, a slow status call or the tick. Only the leader acts;
+  the controller is built in the tick thread once the lease is held (the run, the records, the
+  first reconcile), never in the lease thread. A standby serves ``/healthz``, ``/status`` and
+  ``/metrics`` and takes over once the lease has expired, with epoch + 1. A leader that loses the
+  lease stops acting at once (the act in flight is killed, its journal row says ``interrupted``)
+  and the process exits 1, so that its supervisor restarts it as a standby (client-go's users
+  do the same in ``OnStoppedLeading``).
 - **The tick** (APScheduler, one at a time: ``max_instances=1``, coalesced, misfires within one
   interval run late rather than never): reload the policy if its file changed, then
   ``Controller.tick()`` (reconcile, signals, decide, record, act), then the metrics.
 - **HTTP** on ``--listen`` from its own thread, never waiting on the tick: ``/healthz`` (200 while
   ticks run on time, 503 when the last one is older than three intervals), ``/metrics``, ``/status``
   (bearer ``AUTOSCALER_STATUS_TOKEN`` when set).
-- **Shutdown** on SIGTERM/SIGINT: the tick in progress finishes (a drain in progress is parked:
-  its state is in the database and the next start resumes it), the lease is released, the run is
-  ended, exit 0 within 30 s.
+- **Shutdown** on SIGTERM/SIGINT: no new tick starts; the lease keeps being renewed while the tick
+  in progress finishes (a drain in progress is parked: its state is in the database and the next
+  leader resumes it). An act still running after ``CUT_AFTER_S`` is cut (its process group killed,
+  recorded as interrupted; its group's phase already says what may be running). Then the run is
+  ended and, only after the last act, the lease is released: exit 0 within 30 s.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
@@ -46,7 +54,7 @@ from autoscaler.ledger.store import Ledger
 from autoscaler.policy.loader import LoadedPolicy, PolicyInvalid, parse_policy
 from autoscaler.policy.model import ActuatorKind, Policy
 from autoscaler.service.controller import Controller, Controls
-from autoscaler.service.executor import CORE_PHASE, Executor
+from autoscaler.service.executor import CORE_PHASE, Executor, Fence
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.shadow import ShadowFleet
 from autoscaler.service.status import build_status
@@ -55,6 +63,9 @@ from autoscaler.settings import Settings
 log = logging.getLogger("autoscaler.service")
 
 SHUTDOWN_BUDGET_S = 25.0  # SIGTERM -> exit 0 within 30 s
+CUT_AFTER_S = 18.0  # an act still running this long after SIGTERM is cut (its kill and record fit the rest)
+HTTP_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
+HTTP_MAX_CONNECTIONS = 32  # more at once are refused: an idle client never holds a thread for ever
 COMPACT_EVERY_S = 3600.0  # fold old hold decisions once an hour ...
 COMPACT_OLDER_THAN_S = 7 * 86400.0  # ... when they are older than a week (a 15 s tick writes 5,760 a day)
 
@@ -132,6 +143,14 @@ class Service:
         self.last_tick_at: float | None = None
         self.started_at = clock()
         self._stop = threading.Event()
+        self._cut = threading.Event()  # set by the shutdown: the act in flight is killed
+        self._deposed: str | None = None  # why this instance stopped leading (the process then exits 1)
+        self._led = False  # this process has led: losing the lease then ends it
+        self._lease_thread: threading.Thread | None = None
+        self._lease_stop = threading.Event()
+        self.fence = Fence(leading=self.leadership.leading, instance=self.instance, cut=self._cut)
+        self.reload_refused: str | None = None
+        self._interrupted_seen = 0
         self._tick_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -165,8 +184,10 @@ class Service:
         assert actuator is not None  # None only for advisory, handled above
         if self._gateway is None:
             self._gateway = GatewayClient(self.settings.gateway_url, api_key=self.settings.gateway_api_key)
-        return Executor(policy, live, self._gateway, actuator, WorkerProbe(metric_prefix=policy.signals.metric_prefix),
-                        run_id=run_id, epoch=epoch, clock=self.clock)
+        probe = WorkerProbe(metric_prefix=policy.signals.metric_prefix,
+                            health_timeout_s=policy.lifecycle.health_timeout_s)
+        return Executor(policy, live, self._gateway, actuator, probe, run_id=run_id, epoch=epoch, clock=self.clock,
+                        fence=self.fence)
 
     def _controls(self, now: float) -> Controls:
         """The operator controls in force. Recomputed only when a new control was recorded (one
@@ -197,35 +218,62 @@ class Service:
         )
         log.info("leading with epoch %d: run %d (%s)", epoch, self.controller.run_id, source)
 
-    def _lose_leadership(self, why: str) -> None:
-        if self.controller is not None:
-            log.warning("no longer leading (%s): stopped acting", why)
-        self.controller = None
-        self._close_signals()
-
     def _close_signals(self) -> None:
         if self._signals is not None and hasattr(self._signals, "close"):
             self._signals.close()
         self._signals = None
 
-    # ------------------------------------------------------------------ jobs
+    # ------------------------------------------------------------------ the lease
     def renew(self) -> None:
+        """One renewal (or acquisition) of the lease: lease I/O only, never the fleet. A leader of
+        this process that lost the lease ends the process (``_deposed``)."""
         state = self.leadership.try_acquire_or_renew()
         self.leader_state = state
         self.metrics.leader.set(1 if state.leader else 0)
         self.metrics.epoch.set(state.epoch or 0)
-        if state.leader and (self.controller is None or self.controller.epoch != state.epoch):
-            with self._tick_lock:
-                if self._stop.is_set():
-                    return
-                try:
-                    self._become_leader(state.epoch)
-                except AutoscalerError as exc:
-                    log.error("could not start leading: %s", exc)
-                    self.controller = None
-        elif not state.leader and self.controller is not None:
-            with self._tick_lock:  # the tick in progress ends before its signal source is closed
-                self._lose_leadership(f"lease held by {state.holder}")
+        if state.leader and self.leadership.leading():
+            if not self._led:
+                self._led = True
+                self._kick_tick()  # the controller is built by the next tick, at once
+        elif self._led and self._deposed is None and not self._stop.is_set():
+            self._deposed = (f"lease held by {state.holder}" if state.holder and state.holder != self.instance
+                             else f"the lease could not be renewed within its deadline ({state.error or 'no answer'})")
+            log.error("no longer leading (%s): the act in flight is cut; exiting so that the supervisor restarts "
+                      "this instance as a standby", self._deposed)
+            self._stop.set()
+
+    def _lease_loop(self) -> None:
+        retry = getattr(self.leadership, "retry_s", 2.0)
+        while not self._lease_stop.wait(retry):
+            try:
+                self.renew()
+            except Exception:  # noqa: BLE001 - the lease loop must never die
+                log.exception("lease renewal failed; retrying")
+            if self._led and not self.leadership.leading() and self._deposed is None and not self._stop.is_set():
+                self.renew()  # the deadline passed without a successful renewal: settle it now
+
+    def _kick_tick(self) -> None:
+        if self._scheduler is not None and self._scheduler.running:
+            try:
+                self._scheduler.modify_job("tick", next_run_time=datetime.now(timezone.utc))
+            except Exception:  # noqa: BLE001 - the tick is scheduled anyway; this only makes it sooner
+                pass
+
+    def _lead(self) -> bool:
+        """In the tick thread: build the controller once the lease is held (bounded: the run, the
+        records, the node states; the first reconcile is the tick's own). False when not leading."""
+        state = self.leader_state
+        if self._deposed is not None or state is None or not state.leader or not self.leadership.leading():
+            return False
+        if self.controller is not None and self.controller.epoch == state.epoch:
+            return True
+        try:
+            self._become_leader(state.epoch)
+        except AutoscalerError as exc:
+            log.error("could not start leading: %s", exc)
+            self.controller = None
+            return False
+        return True
 
     def tick(self) -> None:
         if not self._tick_lock.acquire(blocking=False):
@@ -235,12 +283,13 @@ class Service:
             if self._stop.is_set():
                 return
             # leading() checks the renew deadline on the local clock now, not the last renewal's answer:
-            # a renew job that hangs must not leave this instance acting.
-            if self.controller is None or not self.leadership.leading():
+            # a renewal that hangs must not leave this instance acting.
+            if not self._lead():
                 self.last_tick_at = self.clock()
                 return
             self._reload_policy()
             controller = self.controller
+            assert controller is not None  # _lead() built it
             controller.tick()
             self._observe(controller)
             self.last_tick_at = self.clock()
@@ -277,15 +326,55 @@ class Service:
             controller.save_policy_state(error=errors[0])
             return
         assert isinstance(value, LoadedPolicy)
-        old_interval = self.loaded.policy.scaling.tick_interval_s
+        refused = self._refuse_live(controller, value.policy)
+        if refused is not None:
+            self.policy_file.error = refused
+            self.reload_refused = refused
+            self.metrics.reload_errors.inc()
+            self.metrics.policy_error.set(1)
+            self.metrics.reload_refused.set(1)
+            log.error("policy edit refused, the running policy keeps running: %s", refused)
+            try:
+                self.ledger.record_rejected_policy(at=now, text=text or "", errors=[refused], path=self.policy_file.path,
+                                                   run_id=controller.run_id)
+            except RuntimeFailure as exc:
+                log.error("could not record the refused policy: %s", exc)
+            controller.save_policy_state(error=refused)
+            return
+        self.reload_refused = None
+        self.metrics.reload_refused.set(0)
+        old = self.loaded.policy
+        old_interval = old.scaling.tick_interval_s
+        actuator = None
+        if value.policy.actuator != old.actuator and isinstance(controller.executor, Executor):
+            actuator = actuator_for(value.policy)  # new templates or timeouts: the hands rebuilt, between ticks
+            log.info("actuator rebuilt from the edited policy (kind %s)", value.policy.actuator.kind.value)
         self.policy_file.good = value
         self.policy_file.error = None
         self.metrics.policy_error.set(0)
-        controller.reload(value)
+        controller.reload(value, actuator)
         self._set_policy_metrics(value.policy, value.sha256)
         log.info("policy reloaded: %s (sha256 %s)", value.path, value.sha256[:12])
         if value.policy.scaling.tick_interval_s != old_interval and self._scheduler is not None:
             self._scheduler.reschedule_job("tick", trigger=IntervalTrigger(seconds=value.policy.scaling.tick_interval_s))
+
+    @staticmethod
+    def _refuse_live(c: Controller, new: Policy) -> str | None:
+        """Why a valid edit cannot be applied while running (None: it can). Never half-applied: a
+        change of ``actuator.kind`` would leave the fleet's groups without the hands that started
+        them; dropping a group that is not off would leave it running, charged and invisible."""
+        old = c.policy
+        if new.actuator.kind is not old.actuator.kind:
+            return (f"actuator.kind: {old.actuator.kind.value} -> {new.actuator.kind.value} is not applied while "
+                    f"running (the {old.actuator.kind.value} actuator keeps acting); restart the controller to "
+                    f"switch, or `autoscaler pause` to stop acting now")
+        if isinstance(c.executor, Executor):
+            kept = set(new.fleet.group_names())
+            busy = [f"{n} ({r.phase})" for n, r in c.executor.records.items() if n not in kept and r.phase != "off"]
+            if busy:
+                return (f"fleet.groups: dropping {', '.join(busy)} is refused while not off; "
+                        f"`autoscaler cordon GROUP` drains and stops it, then drop it")
+        return None
 
     def _observe(self, c: Controller) -> None:
         m = self.metrics
@@ -310,10 +399,16 @@ class Service:
         m.groups_cordoned.set(cordoned)
         report = c.last_report
         if report is not None:
+            m.gateway_up.set(1 if report.gateway_ok else 0)
             for _group, seconds, cut in report.drains_finished:
                 m.drain_duration.observe(seconds)
                 if cut:
                     m.requests_cut.inc(cut)
+        if isinstance(c.executor, Executor):
+            new = c.executor.interrupted_acts - self._interrupted_seen
+            if new > 0:
+                m.acts_interrupted.inc(new)
+            self._interrupted_seen = c.executor.interrupted_acts
         snap = c.last_snapshot
         if snap is not None:
             for p in snap.problems:
@@ -374,7 +469,10 @@ class Service:
                           for n, g in c.executor.fleet_state().groups.items()}
             pin = c.controls.pin
             d = c.last_decision
+            report = c.last_report
             out = {
+                "gateway": None if report is None or not isinstance(c.executor, Executor) else {
+                    "ok": report.gateway_ok, "problem": report.gateway_problem},
                 "paused": c.controls.paused,
                 "groups": groups,
                 "pin": None if pin is None else {"groups": pin.groups, "until": iso(pin.until), "by": pin.by,
@@ -403,6 +501,8 @@ class Service:
         service = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = HTTP_TIMEOUT_S  # socket timeout: a client that sends nothing is dropped
+
             def log_message(self, *args) -> None:  # access logs off: one line per scrape is noise
                 pass
 
@@ -422,7 +522,8 @@ class Service:
                     self._send(200, service.metrics.render(), service.metrics.content_type)
                 elif path == "/status":
                     token = service.status_token
-                    if token and self.headers.get("Authorization") != f"Bearer {token}":
+                    given = (self.headers.get("Authorization") or "").encode("utf-8", "replace")
+                    if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
                         self._send(401, b'{"error": "a bearer token is required (AUTOSCALER_STATUS_TOKEN)"}\n',
                                    "application/json")
                         return
@@ -432,7 +533,7 @@ class Service:
                     self._send(404, b"not found\n", "text/plain")
 
         try:
-            self._http = ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
+            self._http = BoundedHTTPServer((host or "127.0.0.1", int(port)), Handler)
         except OSError as exc:
             raise RuntimeFailure(f"--listen {self.settings.listen}: cannot listen: {exc.strerror or exc}") from exc
         self._http.daemon_threads = True
@@ -440,13 +541,14 @@ class Service:
         log.info("serving /healthz, /metrics and /status on http://%s:%s", host, self._http.server_address[1])
 
     def run(self, *, once: bool = False) -> int:
+        """Serve until SIGTERM/SIGINT (0), or until this instance loses the lease it held (1)."""
         from autoscaler.service.leadership import SqliteFlock
 
         if isinstance(self.leadership, SqliteFlock):  # exclusive: acquired once, up front
             self.leadership.acquire()  # SQLite: a second instance exits 1 naming the holder (LeaseHeld)
         self.renew()
         if once:
-            if self.controller is None:
+            if not self._lead():
                 state = self.leader_state
                 raise RuntimeFailure(f"not the leader: the lease is held by {state.holder if state else 'another instance'}")
             self.tick()
@@ -455,34 +557,50 @@ class Service:
         self.serve_http()
         interval = self.loaded.policy.scaling.tick_interval_s
         sched = self._scheduler = BackgroundScheduler(timezone="UTC")
-        retry = getattr(self.leadership, "retry_s", 2.0)
-        sched.add_job(self.renew, IntervalTrigger(seconds=retry), id="lease", max_instances=1, coalesce=True,
-                      misfire_grace_time=max(1, int(retry)))
         sched.add_job(self.tick, IntervalTrigger(seconds=interval), id="tick", max_instances=1, coalesce=True,
                       misfire_grace_time=max(1, int(interval)), next_run_time=None)
         sched.start()
         sched.modify_job("tick", next_run_time=datetime.now(timezone.utc))  # the first tick at once
+        self._lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
+        self._lease_thread.start()
+        received: list[str] = []
+
+        def on_signal(signum, _frame) -> None:
+            received.append(signal.Signals(signum).name)
+            self._stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, _frame: self._stop.set())
+            signal.signal(sig, on_signal)
         while not self._stop.wait(0.5):
             pass
-        self.shutdown("SIGTERM")
+        if self._deposed is not None and not received:
+            self.shutdown(f"lost the lease: {self._deposed}")
+            return 1
+        self.shutdown(received[0] if received else "stopped")
         return 0
 
     def shutdown(self, why: str) -> None:
         self._stop.set()
-        deadline = time.monotonic() + SHUTDOWN_BUDGET_S
+        t0 = time.monotonic()
         if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
-        got = self._tick_lock.acquire(timeout=max(0.1, deadline - time.monotonic()))  # the tick in progress ends
+            self._scheduler.shutdown(wait=False)  # no new tick; the lease thread keeps renewing
+        got = self._tick_lock.acquire(timeout=CUT_AFTER_S)  # the tick in progress ends ...
+        if not got:
+            log.warning("shutdown: the act in flight is still running after %.0f s; cutting it", CUT_AFTER_S)
+            self._cut.set()  # ... or its act is killed (and recorded as interrupted)
+            got = self._tick_lock.acquire(timeout=max(0.1, SHUTDOWN_BUDGET_S - (time.monotonic() - t0)))
         try:
-            if self.controller is not None:
+            if self.controller is not None and self._deposed is None:
                 self.controller.end(f"stopped ({why}); drains in progress resume at the next start")
-                self.controller = None
-            try:
-                self.leadership.release()
-            except Exception as exc:  # noqa: BLE001 - releasing is best effort; the lease expires anyway
-                log.warning("lease not released: %s", exc)
+            self.controller = None
+            self._lease_stop.set()
+            if self._lease_thread is not None:
+                self._lease_thread.join(timeout=5)
+            if self._deposed is None and got:  # released only after the last act has ended
+                try:
+                    self.leadership.release()
+                except Exception as exc:  # noqa: BLE001 - releasing is best effort; the lease expires anyway
+                    log.warning("lease not released: %s", exc)
         finally:
             if got:
                 self._tick_lock.release()
@@ -494,3 +612,30 @@ class Service:
             self._gateway.close()
         self.ledger.close()
         log.info("stopped (%s)", why)
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server with a cap on connections at once: one more is closed at once
+    (with each handler's socket timeout, an idle client cannot hold a thread for ever)."""
+
+    daemon_threads = True
+
+    def __init__(self, *args, max_connections: int = HTTP_MAX_CONNECTIONS, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()

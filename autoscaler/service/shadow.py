@@ -55,9 +55,6 @@ class ShadowFleet:
         self.live.ledger.record_event(self.run_id, at, name, event, detail=detail, node_state=node_state,
                                       epoch=self.epoch, decision_id=decision_id)
 
-    def recover(self) -> list[str]:
-        return []
-
     def reconcile(self) -> TickReport:
         report = TickReport()
         now = self.clock()
