@@ -735,7 +735,7 @@ class Executor:
         taken down safely by ``_settle_failed``; retry with backoff; after the last retry, cordon it."""
         now = self.clock()
         lc = self.policy.lifecycle
-        attempts = rec.attempts + (0 if rec.phase in ("ready", "draining") else 1)  # a start that failed
+        attempts = rec.attempts + 1
         cordon = attempts > lc.start_retries
         retry_at = None if cordon else now + lc.backoff_s(max(1, attempts))
         detail = cause + (f"; cordoned after {attempts} failed attempts (uncordon to retry)" if cordon

@@ -2,8 +2,8 @@
 
     python -m tests.support.executor_driver --policy P --db URL --gateway URL [--drain G] [--until-off G]
 
-It recovers from the records at start (as ``autoscaler run`` does), optionally begins a drain of
-G, then reconciles every 0.3 s; with ``--until-off`` it exits 0 once G is off. A test SIGKILLs it
+It starts from the records (as ``autoscaler run`` does: nothing to recover, the first reconcile
+reads the real state), optionally begins a drain of G, then reconciles every 0.3 s; with ``--until-off`` it exits 0 once G is off. A test SIGKILLs it
 to crash the controller at a chosen moment.
 """
 
@@ -40,7 +40,8 @@ def main() -> int:
     run_id = ledger.start_run("live", loaded, at=time.time(), label="driver")
     ex = Executor(loaded.policy, LiveLedger(ledger), GatewayClient(args.gateway), LocalActuator(loaded.policy),
                   WorkerProbe(), run_id=run_id, epoch=1)
-    print("recovered:", ex.recover(), file=sys.stderr, flush=True)
+    ex.init_node_states(time.time())
+    print("first reconcile:", ex.reconcile().steps, file=sys.stderr, flush=True)
     if args.drain:
         print(ex.apply(decision(Action.SCALE_DOWN, args.drain)), file=sys.stderr, flush=True)
     for _ in range(args.ticks):
