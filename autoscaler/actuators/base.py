@@ -64,7 +64,8 @@ class Actuator(Protocol):
     # returns once the stop is issued
     def stop(self, group: Group, *, force: bool = False, ctx: ActContext = NO_CONTEXT) -> ActResult: ...
 
-    def status(self, group: Group) -> tuple[GroupStatus, str]: ...  # and a one-line detail
+    # and a one-line detail; ``ctx`` only fills the templates' {epoch} and {instance}
+    def status(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> tuple[GroupStatus, str]: ...
 
     def close(self) -> None: ...
 

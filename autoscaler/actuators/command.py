@@ -119,14 +119,14 @@ class CommandActuator:
         return ActResult(False, "stop failed: " + "; ".join(f"{n.name}: {o.describe()}" for n, o in failed),
                          outcome.exit_code, _tail(outcome), interrupted=any(o.interrupted for _, o in failed))
 
-    def status(self, group: Group) -> tuple[GroupStatus, str]:
-        return self._status_of(group, self._on_each_node(group, self.config.status))
+    def status(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> tuple[GroupStatus, str]:
+        return self._status_of(group, self._on_each_node(group, self.config.status, ctx=ctx))
 
-    def status_many(self, groups: Iterable[Group]) -> dict[str, tuple[GroupStatus, str]]:
+    def status_many(self, groups: Iterable[Group], *, ctx: ActContext = NO_CONTEXT) -> dict[str, tuple[GroupStatus, str]]:
         """The status of several groups at once (every node in parallel): one sweep of the fleet
         takes as long as its slowest status command."""
         groups = list(groups)
-        futures = {g.name: [(n, self._pool.submit(self._run, self.config.status, g, n, NO_CONTEXT)) for n in g.nodes]
+        futures = {g.name: [(n, self._pool.submit(self._run, self.config.status, g, n, ctx)) for n in g.nodes]
                    for g in groups}
         return {g.name: self._status_of(g, [(n, f.result()) for n, f in futures[g.name]]) for g in groups}
 

@@ -114,7 +114,7 @@ class LocalActuator:
             return ActResult(False, f"cannot signal pid {pid}: {exc.strerror}")
         return ActResult(True, f"sent {sig.name} to pid {pid}", 0)
 
-    def status(self, group: Group) -> tuple[GroupStatus, str]:
+    def status(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> tuple[GroupStatus, str]:
         self._reap()
         parts = urlsplit(group.worker_url)
         if port_open(parts.hostname or "127.0.0.1", parts.port or 0):

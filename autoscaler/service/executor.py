@@ -396,7 +396,7 @@ class Executor:
         many = getattr(self.actuator, "status_many", None)
         if many is not None:
             return many(groups)
-        return {g.name: self.actuator.status(g) for g in groups}
+        return {g.name: self._status(g) for g in groups}
 
     def reconcile(self) -> TickReport:
         report = TickReport()
@@ -477,7 +477,7 @@ class Executor:
     def _settle_starting(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
         if self.actuator.kind == "command":
-            status = status or self.actuator.status(g)
+            status = status or self._status(g)
             if status[0] is GroupStatus.PARTIAL:
                 self._fail(g, rec, report, f"one half of the pair is down ({status[1]})")
                 return
@@ -613,7 +613,7 @@ class Executor:
         assert rec.removed_at is not None
         reading = self.probe.load(g.worker_url)
         in_flight = reading.in_flight
-        if in_flight is None and (status or self.actuator.status(g))[0] is GroupStatus.STOPPED:
+        if in_flight is None and (status or self._status(g))[0] is GroupStatus.STOPPED:
             # The worker is gone (a crash between the stop and its record, or it died): nothing to drain.
             self._write(rec, now, "drained", f"the worker is already stopped ({reading.problem})")
             self._write(rec.with_(phase="off", since=now, removed_at=None, worker_id=None), now, "stopped",
@@ -664,7 +664,7 @@ class Executor:
 
     def _settle_stopping(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
-        state, detail = status or self.actuator.status(g)
+        state, detail = status or self._status(g)
         if state is GroupStatus.STOPPED:
             self._write(rec.with_(phase="off", since=now, removed_at=None, health_failures=0), now, "stopped", detail,
                         node_state=self.actuator.stopped_power_state)
@@ -693,7 +693,7 @@ class Executor:
             self._deregister(rec)
         if rec.cordoned or rec.retry_at is None or now < rec.retry_at:
             return
-        status = status or self.actuator.status(g)
+        status = status or self._status(g)
         if status[0] in (GroupStatus.RUNNING, GroupStatus.PARTIAL):
             self._act(g.name, "stop", f"stop the failed {g.name} before a retry",
                       lambda ctx: self.actuator.stop(g, force=True, ctx=ctx))
@@ -716,7 +716,7 @@ class Executor:
             reading = self.probe.load(g.worker_url)
             cut = reading.in_flight
             settled = reading.at >= rec.removed_at + self.policy.drain.settle_s
-            stopped = (status or self.actuator.status(g))[0] is GroupStatus.STOPPED
+            stopped = (status or self._status(g))[0] is GroupStatus.STOPPED
             if not (stopped or (settled and cut == 0) or now - rec.since > self.policy.drain.timeout_s):
                 report.steps.append(f"{g.name}: failed; out of the gateway, waiting for its "
                                     f"{'unknown' if cut is None else f'{cut:g}'} request(s) in flight")

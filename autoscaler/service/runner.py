@@ -308,7 +308,9 @@ class Service:
         now = self.clock()
         if outcome == "restored":
             self.policy_file.error = None
+            self.reload_refused = None
             self.metrics.policy_error.set(0)
+            self.metrics.reload_refused.set(0)
             controller.save_policy_state(error=None)
             log.info("policy file valid again (the running policy's text)")
             return
