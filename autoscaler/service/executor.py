@@ -391,11 +391,15 @@ class Executor:
             report.steps.append(f"{action.group}: settled {what} as abandoned")
 
     # ---------------------------------------------------------------------------- reconcile
+    def _status(self, g: Group) -> tuple[GroupStatus, str]:
+        # The status commands get the epoch and instance too: a site's script may log or check them.
+        return self.actuator.status(g, ctx=ActContext(self.epoch, self.fence.instance))
+
     def _statuses(self, groups: Iterable[Group]) -> dict[str, tuple[GroupStatus, str]]:
         groups = list(groups)
         many = getattr(self.actuator, "status_many", None)
         if many is not None:
-            return many(groups)
+            return many(groups, ctx=ActContext(self.epoch, self.fence.instance))
         return {g.name: self._status(g) for g in groups}
 
     def reconcile(self) -> TickReport:
