@@ -302,16 +302,19 @@ def _kill_scenario(base: Path, point: str) -> dict:
                     assert cli(["cordon", "g1", "--reason", "maintenance", "--by", "test", "--db", db]) == 0
                 rc = first.wait(90)
                 assert rc == -signal.SIGKILL, (point, rc, first.log()[-2000:])
+            dead_at = time.time()
             again, url2 = run_proc(tmp, policy, db, gw.url, name="again")
             with again:
                 t0 = time.monotonic()
+                wait_until(lambda: status(url2)["last_decision"], 30, what="the restart decides", proc=again)
+                unobserved_s = time.time() - dead_at  # from the crash to the restart's first reconcile
                 wait_until(lambda: _agree(db, policy, gw.url) is None and status(url2)["last_decision"], 60,
                            what=f"{point}: records and reality agree", proc=again)
                 settled_s = time.monotonic() - t0
                 nodes = {"g1": ("demo-1", "demo-2"), "g2": ("demo-3", "demo-4"), "g3": ("demo-5", "demo-6")}
                 charged = {g: _charged_active_s(db, n) for g, n in nodes.items()}
                 ran = {g: _ran_s(folder, g) for g in nodes}
-            return {"point": point, "settled_s": settled_s, "charged": charged, "ran": ran}
+            return {"point": point, "settled_s": settled_s, "charged": charged, "ran": ran, "unobserved_s": unobserved_s}
     finally:
         kill_workers(folder)
 
@@ -323,8 +326,9 @@ def test_sigkill_at_every_phase_then_restart_records_agree_with_reality_and_node
     for r in results:
         assert r["settled_s"] < 60
         for group in r["ran"]:
-            # charged from the mark before the act to the status read after the stop: within a few ticks
-            assert abs(r["charged"][group] - r["ran"][group]) < 8, r
+            # Charged from the mark before the act to the status read after the stop: within a few
+            # ticks, plus the time no controller observed the fleet (charged as the records said).
+            assert abs(r["charged"][group] - r["ran"][group]) < 5 + r["unobserved_s"], r
         assert sum(r["ran"].values()) > 0, r  # something ran in every scenario
 
 
@@ -360,8 +364,8 @@ def test_reload_rebuilds_the_hands_and_refuses_what_cannot_be_applied_live(tmp_p
                 assert s["policy"]["error"].startswith("actuator.kind: command -> advisory is not applied while running")
                 assert metric(url, "autoscaler_policy_reload_refused") == 1.0
                 # 3. a running group dropped: refused, naming it.
-                dropped = dict(data, fleet=dict(data["fleet"], groups=[g for g in data["fleet"]["groups"]
-                                                                        if g["name"] != "g2"]))
+                dropped = dict(data, fleet=dict(data["fleet"], ceiling_groups=2,
+                                                groups=[g for g in data["fleet"]["groups"] if g["name"] != "g2"]))
                 policy.write_text(yaml.safe_dump(dropped, sort_keys=False))
                 s = wait_until(lambda: "g2" in ((st := status(url))["policy"]["error"] or "") and st, 20,
                                what="drop refused", proc=proc)

@@ -480,6 +480,16 @@ class Executor:
 
     def _settle_starting(self, g: Group, rec: GroupRecord, report: TickReport, status) -> None:
         now = self.clock()
+        if g.name in self._busy:
+            # An older leader's start without a result (it crashed around the act): charged by what
+            # the status reads until that act's timeout, not as active on the mark's word alone.
+            state = (status or self._status(g))[0]
+            charged = self.node_states.get(g.name, ("active", now))[0]
+            if state is GroupStatus.STOPPED and charged == "active":
+                self._write(rec, now, None, node_state=self.actuator.stopped_power_state)
+            elif state in (GroupStatus.RUNNING, GroupStatus.PARTIAL) and charged != "active":
+                self._write(rec, now, None, node_state="active")
+            return  # no act on it (register, fail, stop) before the older act's timeout
         if self.actuator.kind == "command":
             status = status or self._status(g)
             if status[0] is GroupStatus.PARTIAL:
@@ -536,7 +546,8 @@ class Executor:
             report.startup_samples.append(startup)
             self._write(rec.with_(phase="ready", since=now, worker_id=healthy.id, attempts=0, retry_at=None,
                                   cause=None, health_failures=0), now, "ready",
-                        f"listed healthy by the gateway; start-up took {startup:.1f} s")
+                        f"listed healthy by the gateway; start-up took {startup:.1f} s",
+                        node_state="active" if self.node_states.get(g.name, ("active", 0))[0] != "active" else None)
             return
         try:
             info = self.gateway.get(rec.worker_id) if rec.worker_id else None

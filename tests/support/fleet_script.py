@@ -9,8 +9,8 @@ the real-process tests: every call is logged, and the group's server is an emula
   as a systemd unit outlives ssh) and records its pid in ``D/G.pid``; on the second node it creates
   ``D/G.node2``. Then it sleeps ``start_sleep_s`` (a slow start: loading weights).
 - ``stop``: SIGTERM to the worker (SIGKILL after 3 s), or removes the marker.
-- ``status``: after ``status_sleep_s`` (a slow ssh), exit 0 when the worker's port is open (or the
-  marker exists), else 3 (as ``systemctl is-active``).
+- ``status``: after ``status_sleep_s`` (a slow ssh), exit 0 when the worker's process is alive (or
+  the marker exists), else 3 (as ``systemctl is-active``: active from the start, not from ready).
 
 ``D/config.json`` holds ``start_sleep_s``, ``status_sleep_s`` and ``worker_startup_s``; it is read
 at every call, so a test can change them while the controller runs. Every call appends JSON lines to
@@ -53,6 +53,15 @@ def _port_open(port: int) -> bool:
     return False
 
 
+def _alive(pid_file: Path) -> bool:
+    try:
+        pid = int(pid_file.read_text())
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _sleep(folder: Path, call_id: str, seconds: float) -> None:
     end = time.time() + seconds
     while time.time() < end:
@@ -77,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     pid_file, marker = folder / f"{args.group}.pid", folder / f"{args.group}.node2"
     rc = 0
     if args.action == "start":
-        if first and not _port_open(port):
+        if first and not _alive(pid_file) and not _port_open(port):
             log = open(folder / f"worker-{args.group}.log", "ab")
             proc = subprocess.Popen([sys.executable, "-m", "autoscaler", "emulate", "worker", "--host", "127.0.0.1",
                                      "--port", str(port), "--startup-s", str(config.get("worker_startup_s", 1)),
@@ -104,12 +113,14 @@ def main(argv: list[str] | None = None) -> int:
                 while _port_open(port) and time.time() < end:
                     time.sleep(0.05)
                 _log(folder, {"id": call_id, "group": args.group, "worker_stopped": time.time()})
+            with contextlib.suppress(FileNotFoundError):
+                pid_file.unlink()
         else:
             with contextlib.suppress(FileNotFoundError):
                 marker.unlink()
     else:
         _sleep(folder, call_id, float(config.get("status_sleep_s", 0)))
-        up = _port_open(port) if first else marker.exists()
+        up = _alive(pid_file) if first else marker.exists()
         rc = 0 if up else 3
     _log(folder, {"id": call_id, "end": time.time(), "rc": rc})
     return rc
