@@ -155,3 +155,59 @@ def test_policy_requires_the_command_templates_and_rejects_unknown_fields(tmp_pa
                                                        "stop": ["y"], "status": ["z"]})
     with pytest.raises(BadInput, match=r"\{node.ip\} is not a template field"):
         load_policy(path)
+
+
+def test_epoch_and_instance_fill_the_templates_for_the_sites_own_fencing(tmp_path):
+    from autoscaler.actuators.base import ActContext
+
+    act, folder, policy = make_actuator(tmp_path)
+    group, node = policy.fleet.groups[0], policy.fleet.groups[0].nodes[0]
+    assert render(["check-epoch", "{epoch}", "{instance}", "{group.name}"], group, node,
+                  ActContext(7, "ctl-a")) == ["check-epoch", "7", "ctl-a", "g1"]
+
+
+def test_a_forced_stop_powers_off_even_when_the_in_band_stop_fails_or_hangs(tmp_path):
+    script = tmp_path / "node.sh"
+    for mode in ("fail", "hang"):
+        act, folder, policy = make_actuator(tmp_path, power_off=[str(script), "power_off", "{node.name}"])
+        g = policy.fleet.groups[0]
+        for node in g.nodes:
+            (folder / f"stop-{node.name}").write_text(mode)
+        (folder / "calls.log").unlink(missing_ok=True)
+        result = act.stop(g, force=False)
+        assert not result.ok and not any(c.startswith("power_off") for c in calls(folder))  # in-band failed: stops there
+        (folder / "calls.log").unlink()
+        result = act.stop(g, force=True)
+        assert not result.ok  # the stop's own failure is still reported ...
+        assert sorted(c for c in calls(folder) if c.startswith("power_off")) == [f"power_off {n.name}" for n in g.nodes]
+
+
+def test_an_aborted_command_is_killed_with_its_process_group_and_reported_interrupted(tmp_path):
+    marker, gpid = tmp_path / "ran", tmp_path / "grandchild.pid"
+    # The command starts a grandchild that would outlive it; the abort kills the whole group.
+    argv = ["sh", "-c", f"sleep 30 & echo $! > {gpid}; sleep 30"]
+    deadline = time.monotonic() + 0.5
+    outcome = run_bounded(argv, timeout_s=20, output_limit_bytes=1024, abort=lambda: time.monotonic() > deadline)
+    assert outcome.interrupted and not outcome.timed_out and outcome.exit_code is None
+    assert "interrupted" in outcome.describe()
+    pid = int(gpid.read_text())
+    wait_gone = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]:
+        assert time.monotonic() < wait_gone, "the grandchild survived the abort"
+        time.sleep(0.05)
+    # Aborted before it starts: nothing runs at all.
+    outcome = run_bounded(["touch", str(marker)], timeout_s=5, output_limit_bytes=1024, abort=lambda: True)
+    assert outcome.interrupted and not marker.exists()
+
+
+def test_a_status_sweep_runs_every_nodes_status_at_once(tmp_path):
+    log = tmp_path / "status.log"
+    slow = tmp_path / "slow.sh"
+    slow.write_text(f"#!/bin/sh\necho begin >> {log}\nsleep 1\necho end >> {log}\nexit 3\n")
+    slow.chmod(0o755)
+    act, _folder, policy = make_actuator(tmp_path, status=[str(slow), "{node.name}"])
+    states = act.status_many(policy.fleet.groups)
+    assert {name: s for name, (s, _) in states.items()} == {g.name: GroupStatus.STOPPED for g in policy.fleet.groups}
+    lines = log.read_text().split()
+    # all six began before any ended: one sweep costs one slow call (an ssh), not six in a row
+    assert lines == ["begin"] * 6 + ["end"] * 6

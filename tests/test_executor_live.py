@@ -393,3 +393,55 @@ def test_a_drain_that_times_out_stops_and_counts_the_cut_or_keeps_serving(fleet,
             assert f.url("g2") in {w["url"] for w in gw.workers()}
             assert "drain_cancelled" in events(f, "g2")
         load.stop()
+
+
+def test_a_ready_group_failing_health_with_the_gateway_unreadable_is_never_stopped_and_no_request_fails(fleet, gw):
+    # Health failure is a drain, not a kill: the group is failed (the core replaces it), but it is
+    # stopped only once it is out of the gateway and its own in-flight count is 0. While the
+    # controller cannot read the gateway, it may still be registered: it keeps running.
+    f = fleet(lifecycle={"health_failures_before_failed": 2, "retry_backoff_s": 60},
+              drain={"settle_s": 1, "timeout_s": 120, "on_timeout": "stop"})
+    f.start("g1", "g2")
+    real = f.executor.gateway
+    dead = GatewayClient(f"http://127.0.0.1:{_closed_port()}", timeout_s=0.5)
+    with StreamingLoad(gw.url, concurrency=6, max_tokens=60, max_seconds=60) as load:
+        wait_until(lambda: len(load.results) >= 4, 30, what="requests flowing")
+        f.executor.gateway = dead
+        httpx.post(f.url("g1") + "/_emulator/fault", json={"health": "fail"}, timeout=5)
+        f.reconcile_until(lambda: f.phase("g1") == "failed", 15, what="g1 failed")
+        for _ in range(15):  # five seconds with the gateway unreadable: never stopped blind
+            f.executor.reconcile()
+            time.sleep(0.3)
+        assert f.running("g1") and f.executor.records["g1"].stop_issued_at is None
+        assert not [a for a in f.live.actions("g1") if a["kind"] == "stop"]
+        f.executor.gateway = real  # it answers again: out of the gateway, drained, then stopped
+        f.reconcile_until(lambda: not f.running("g1"), 60, what="g1 stopped after its drain")
+        results = load.stop()
+    assert results and StreamingLoad.failures(results) == []
+    assert f.url("g1") not in {w["url"] for w in gw.workers()}
+    stops = [a for a in f.live.actions("g1") if a["kind"] == "stop"]
+    assert len(stops) == 1 and "0 request(s) cut" in stops[0]["detail"]
+    dead.close()
+
+
+def test_one_failed_probe_is_not_a_failure_unless_the_gateway_also_lists_it_unhealthy(tmp_path):
+    # A gateway whose own health checker is quick (every second, one failure): it lists g1
+    # unhealthy soon after g1's /health starts failing.
+    g = start_gateway(tmp_path / "gw", extra_args=["--health-check-interval-secs", "1",
+                                                   "--health-failure-threshold", "1"])
+    f = LiveFleet(write_policy(tmp_path / "p.yaml", lifecycle={"health_failures_before_failed": 3}),
+                  f"sqlite:///{tmp_path}/ledger.db", g.url)
+    try:
+        f.start("g1")
+        httpx.post(f.url("g1") + "/_emulator/fault", json={"health": "fail"}, timeout=5)
+        f.executor.reconcile()
+        # One failed probe while the gateway still lists it healthy: a blip, counted, not a failure.
+        assert f.phase("g1") == "ready" and f.executor.records["g1"].health_failures == 1
+        wait_until(lambda: not any(w.get("is_healthy") for w in g.workers() if w["url"] == f.url("g1")), 30,
+                   what="the gateway lists g1 unhealthy")
+        f.executor.reconcile()  # the second failed probe of three, but the gateway agrees: failed
+        assert f.phase("g1") == "failed"
+        assert "the gateway also lists it unhealthy" in f.executor.records["g1"].cause
+    finally:
+        f.close()
+        g.proc.kill()
