@@ -22,7 +22,7 @@ from autoscaler.core.types import Action, GroupSignals, Memory, Phase, SignalSna
 from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.service.executor import Executor, RecordsUnavailable
-from tests.support.live import LiveFleet, StreamingLoad, decision, write_policy
+from tests.support.live import LiveFleet, StreamingLoad, decision, kill_workers, write_policy
 from tests.support.procs import PYTHON, Proc, start_gateway, wait_until
 
 
@@ -445,3 +445,63 @@ def test_one_failed_probe_is_not_a_failure_unless_the_gateway_also_lists_it_unhe
     finally:
         f.close()
         g.proc.kill()
+
+
+def test_a_drain_timing_out_with_unreadable_worker_metrics_records_the_cut_as_unknown_not_0(fleet, gw):
+    f = fleet(drain={"settle_s": 1, "timeout_s": 2, "on_timeout": "stop"})
+    f.start("g1", "g2")
+    httpx.post(f.url("g2") + "/_emulator/fault", json={"metrics": "http_500"}, timeout=5)
+    f.executor.apply(decision(Action.SCALE_DOWN, "g2"))
+    reports = f.reconcile_until(lambda: f.phase("g2") == "off", 30, what="g2 stopped at its drain timeout")
+    finished = [d for r in reports for d in r.drains_finished if d[0] == "g2"]
+    assert finished and finished[0][2] is None  # unknown, not 0
+    drained = [e.detail for e in f.ledger.events(f.run_id) if e.group == "g2" and e.event == "drained"]
+    assert drained and "unknown requests cut" in drained[-1]
+
+
+def _active_seconds(f: LiveFleet, group: str) -> float:
+    with f.ledger.engine.connect() as conn:
+        rows = conn.execute(text("SELECT start_at, end_at FROM node_intervals WHERE group_name = :g "
+                                 "AND state = 'active' AND run_id = :r"), {"g": group, "r": f.run_id}).all()
+    from autoscaler.ledger.models import EpochTime
+
+    conv, now = EpochTime(), time.time()
+    return sum((conv.process_result_value(e, f.ledger.engine.dialect) if e is not None else now)
+               - conv.process_result_value(s, f.ledger.engine.dialect) for s, e in rows) / 2
+
+
+def test_the_status_sweep_adopts_a_running_group_the_records_call_off_and_charges_it(fleet, gw, tmp_path):
+    # lifecycle.unknown_worker adopt: a worker running (not in the gateway) that the records call
+    # off is taken through the start-up (health, register) and charged as active.
+    f = fleet(lifecycle={"unknown_worker": "adopt", "status_sweep_s": 1})
+    w = start_emulated_on(tmp_path, int(f.url("g2").rsplit(":", 1)[1]), startup_s=0)
+    try:
+        f.reconcile_until(lambda: f.phase("g2") == "ready", 20, what="g2 adopted and registered")
+        assert "adopted" in events(f, "g2")
+        assert f.url("g2") in {x["url"] for x in gw.workers()}
+        time.sleep(1)
+        assert _active_seconds(f, "g2") > 0.5
+    finally:
+        w.proc.kill()
+
+
+def test_the_status_sweep_stops_an_unknown_worker_when_told_to_remove_it(fleet, gw, tmp_path):
+    f = fleet(lifecycle={"unknown_worker": "remove", "status_sweep_s": 1})
+    w = start_emulated_on(tmp_path, int(f.url("g3").rsplit(":", 1)[1]), startup_s=0)
+    try:
+        f.reconcile_until(lambda: f.phase("g3") == "off" and not f.running("g3"), 20, what="the leftover stopped")
+        assert [a["kind"] for a in f.live.actions("g3")] == ["stop"]
+        assert events(f, "g3")[-2:] == ["stopping", "stopped"]
+        assert _active_seconds(f, "g3") > 0  # charged while it ran: from the sweep that found it to its stop
+    finally:
+        w.proc.kill()
+
+
+def test_the_status_sweep_fails_and_replaces_a_ready_group_that_is_not_running(fleet, gw):
+    f = fleet(lifecycle={"status_sweep_s": 1, "health_failures_before_failed": 100})
+    f.start("g1")
+    kill_workers([f.url("g1")])  # died behind the controller's back
+    f.reconcile_until(lambda: f.phase("g1") == "failed", 15, what="g1 failed by the sweep")
+    assert "not running" in f.executor.records["g1"].cause
+    assert f.executor.fleet_state().groups["g1"].phase is Phase.FAILED  # the core replaces it
+    f.reconcile_until(lambda: f.executor.node_states["g1"][0] != "active", 10, what="g1's nodes no longer charged")
