@@ -450,6 +450,32 @@ def _fleet_value(
     return value
 
 
+FRESHNESS_KEY = "_freshness"  # the one merged freshness query of a read
+SIGNAL_LABEL = "autoscaler_signal"  # the label that tells the merged query's parts apart
+
+
+def merged_freshness(freshness: Mapping[str, str]) -> str:
+    """Every signal's freshness query as one: each part labelled with its signal's name and joined
+    with ``or`` (the label sets differ by that label, so none collide). One HTTP round trip a tick
+    instead of six: ``label_replace(max by (instance) (timestamp(sglang:num_running_reqs)),
+    "autoscaler_signal", "running", "", "") or label_replace(...)``."""
+    return " or ".join(f'label_replace({q}, "{SIGNAL_LABEL}", "{name}", "", "")' for name, q in freshness.items())
+
+
+def split_freshness(answer: _Answer, freshness: Mapping[str, str]) -> dict[tuple[str, str], _Answer]:
+    """The merged answer back into one answer per signal, as if each had been asked alone (the
+    label removed); a failed merged query is that failure for every signal."""
+    if answer.series is None:
+        return {(name, "freshness"): answer for name in freshness}
+    parts: dict[str, list[dict[str, Any]]] = {name: [] for name in freshness}
+    for series in answer.series:
+        metric = dict(series.get("metric", {}))
+        name = metric.pop(SIGNAL_LABEL, None)
+        if name in parts:
+            parts[name].append({**series, "metric": metric})
+    return {(name, "freshness"): _Answer(series=ss) for name, ss in parts.items()}
+
+
 def read_signals(
     policy: Policy,
     prometheus_url: str,
@@ -477,12 +503,17 @@ def read_signals(
         raise BadInput(f"expected group {sorted(expected - names)[0]!r} is not in the policy ({', '.join(sorted(names))})")
     instances = [g.metrics_instance for g in policy.fleet.groups]
     plan = plan_queries(policy.signals, policy.slo.ttft_percentile, instances)
-    queries = {(name, role): text for name, q in plan.items() for role, text in q.items()}
+    queries = {(name, role): text for name, q in plan.items() for role, text in q.items() if role != "freshness"}
+    freshness = {name: q.freshness for name, q in plan.items() if q.freshness is not None}
+    if freshness:
+        queries[(FRESHNESS_KEY, "freshness")] = merged_freshness(freshness)
     if client is None:
         with PrometheusClient(url, timeout_s=policy.signals.timeout_s, max_concurrency=len(queries)) as own:
             answers = own.run_all(queries, at, policy.signals.timeout_s)
     else:
         answers = client.run_all(queries, at, policy.signals.timeout_s)
+    if freshness:
+        answers.update(split_freshness(answers.pop((FRESHNESS_KEY, "freshness")), freshness))
     per_signal = {name: _evaluate(name, plan[name], answers, policy, expected, at) for name in SIGNAL_NAMES}
     groups = {
         g.name: GroupSignals(**{name: per_signal[name].values[g.name] for name in SIGNAL_NAMES})
