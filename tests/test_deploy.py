@@ -114,7 +114,7 @@ def test_service_registry_is_the_contract():
 
 def test_docs_metrics_table_is_the_contract():
     contract = contract_metrics()
-    assert len(contract) == 25
+    assert len(contract) == 28
     assert contract["autoscaler_decisions_total"] == "counter"
     assert contract["autoscaler_drain_duration_seconds"] == "histogram"
     assert contract["autoscaler_leader"] == "gauge"
@@ -510,7 +510,7 @@ def test_alert_unit_tests_pass():
 EXPECTED_ALERTS = {
     "AutoscalerDrainStuck", "AutoscalerNoDecision", "AutoscalerSignalsFailing", "AutoscalerAtCeilingSloMissed",
     "AutoscalerNoLeader", "AutoscalerSeveralLeaders", "AutoscalerPolicyReloadFailing",
-    "AutoscalerRequestsCutByDrain", "AutoscalerInstanceDown",
+    "AutoscalerRequestsCutByDrain", "AutoscalerInstanceDown", "AutoscalerGatewayUnusable", "AutoscalerActsInterrupted",
 }
 
 
