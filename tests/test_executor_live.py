@@ -505,3 +505,31 @@ def test_the_status_sweep_fails_and_replaces_a_ready_group_that_is_not_running(f
     assert "not running" in f.executor.records["g1"].cause
     assert f.executor.fleet_state().groups["g1"].phase is Phase.FAILED  # the core replaces it
     f.reconcile_until(lambda: f.executor.node_states["g1"][0] != "active", 10, what="g1's nodes no longer charged")
+
+
+def test_a_gateway_that_cannot_be_used_fires_the_register_deadline_and_never_inflates_the_start_up(fleet, gw):
+    # Healthy worker, unusable gateway: the registration waits at most register_deadline_s from the
+    # worker's first healthy answer, then the start fails (it is not "starting" for ever).
+    f = fleet(lifecycle={"register_deadline_s": 3, "retry_backoff_s": 60})
+    real = f.executor.gateway
+    dead = GatewayClient(f"http://127.0.0.1:{_closed_port()}", timeout_s=0.5)
+    f.executor.gateway = dead
+    f.executor.apply(decision(Action.SCALE_UP, "g1"))
+    reports = f.reconcile_until(lambda: f.phase("g1") == "failed", 40, what="g1 failed at the register deadline")
+    assert "the gateway could not be used for 3 s" in f.executor.records["g1"].cause
+    assert any("waiting" in s and "for the gateway" in s for r in reports for s in r.steps)
+    assert all(not r.gateway_ok for r in reports)
+    # Blocked for a while, then the gateway answers: the sample is the worker's own start-up.
+    f2 = fleet(lifecycle={"register_deadline_s": 60})
+    f2.executor.gateway = dead
+    f2.executor.apply(decision(Action.SCALE_UP, "g2"))
+    began = time.time()
+    f2.reconcile_until(lambda: any("waiting" in s for s in f2.executor.reconcile().steps), 30,
+                       what="g2 healthy, waiting for the gateway")
+    healthy_after = time.time() - began
+    time.sleep(4)  # four more seconds on an unusable gateway
+    f2.executor.gateway = real
+    reports = f2.reconcile_until(lambda: f2.phase("g2") == "ready", 30, what="g2 ready once the gateway answers")
+    samples = [s for r in reports for s in r.startup_samples]
+    assert len(samples) == 1 and samples[0] <= healthy_after + 0.5, (samples, healthy_after)
+    dead.close()

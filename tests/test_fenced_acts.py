@@ -376,3 +376,28 @@ def test_reload_rebuilds_the_hands_and_refuses_what_cannot_be_applied_live(tmp_p
                 wait_until(lambda: status(url)["policy"]["error"] is None, 20, what="error cleared", proc=proc)
     finally:
         kill_workers(folder)
+
+
+# ------------------------------------------------------------------------------ the gateway unusable
+
+
+def test_an_unusable_gateway_shows_every_tick_in_the_log_status_and_metrics(tmp_path):
+    # Nothing listens at --gateway: the floor's group starts and becomes healthy, but cannot be
+    # registered. That must never look healthy: the problem is logged every tick, shown in
+    # /status and in autoscaler_gateway_up, and the register deadline fails the start.
+    folder = fleet_folder(tmp_path)
+    policy = command_policy(tmp_path / "p.yaml", folder, lifecycle={"register_deadline_s": 4, "retry_backoff_s": 60})
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    try:
+        proc, url = run_proc(tmp_path, policy, db, f"http://127.0.0.1:{free_port()}", name="run")
+        with proc:
+            s = wait_until(lambda: (st := status(url))["gateway"] and not st["gateway"]["ok"] and st, 30,
+                           what="/status names the gateway's problem", proc=proc)
+            assert "127.0.0.1" in s["gateway"]["problem"]
+            assert metric(url, "autoscaler_gateway_up") == 0.0
+            wait_until(lambda: status(url)["groups"]["g1"]["phase"] == "failed", 40,
+                       what="the register deadline fails the start", proc=proc)
+            time.sleep(3)
+            assert proc.log().count("gateway unusable:") >= 5  # every tick, not once
+    finally:
+        kill_workers(folder)
