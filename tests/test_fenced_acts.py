@@ -202,12 +202,12 @@ def test_slow_status_calls_never_cost_the_lease_and_the_leader_keeps_deciding(tm
                 other = url_b if leader_url == url_a else url_a
                 epoch = status(leader_url)["epoch"]
                 decided = []
-                for _ in range(30):
+                for _ in range(20):  # 20 s: ten lease retries, five slow sweeps
                     time.sleep(1)
                     s, o = status(leader_url), status(other)
                     assert s["leader"] and not o["leader"] and s["epoch"] == epoch == o["epoch"], (s, o)
                     decided.append(s["last_decision"]["at"] if s["last_decision"] else None)
-                assert len({d for d in decided if d}) >= 4, decided  # a fresh decision every few seconds
+                assert len({d for d in decided if d}) >= 3, decided  # a fresh decision every few seconds
                 assert any(c["call"] == "status" for c in calls(folder))
     finally:
         kill_workers(folder)
