@@ -53,8 +53,8 @@ def _run(args: argparse.Namespace) -> int:
         raise BadInput("--from and --to are required (or name one run with --run)")
     if start is not None and end is not None and end <= start:
         raise BadInput("--to must be after --from")
-    check_output("--output", args.output)
-    settings = load_settings(db=args.db)
+    settings = load_settings(db=args.db, uses=("database",))
+    check_output("--output", args.output, ledger_url=settings.database_url)
     now = time.time()
     # A read: the database is opened read-only and never created or migrated.
     with Ledger(settings.database_url, read_only=True, flag=settings.database_url_from) as ledger:

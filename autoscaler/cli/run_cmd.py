@@ -8,7 +8,7 @@ import os
 
 from autoscaler.errors import BadInput
 from autoscaler.policy.loader import load_policy
-from autoscaler.settings import load_settings
+from autoscaler.settings import is_memory_database, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_policy(args.policy)
     settings = load_settings(prometheus=args.prometheus, gateway=args.gateway, db=args.db, listen=args.listen)
     _check_listen(settings.listen)
+    if is_memory_database(settings.database_url):
+        # The records are the controller's memory across restarts and the finance report's source.
+        raise BadInput(f"{settings.database_url_from}: {settings.database_url!r} is an in-memory database: a "
+                       "long-lived controller's records would vanish when it exits; give a file "
+                       "(sqlite:///autoscaler.db) or a PostgreSQL URL")
     if not args.verbose:
         logging.getLogger("autoscaler").setLevel(logging.INFO)
     from autoscaler.service.runner import Service
