@@ -284,3 +284,166 @@ def _default_policy():
     from autoscaler.policy.loader import load_policy
 
     return load_policy(POLICY)
+
+
+# ------------------------------------------------------------------------------ the currency
+def test_a_currency_edit_leaves_every_hour_reportable(tmp_path, capsys):
+    """A ledger written before live currency edits were refused: run 1 in USD, EUR from 24:00 on,
+    back to USD from 36:00. Ranges on either side report in their currency; a range across the
+    change says where to cut it (--run cannot split one run)."""
+    import json
+
+    from autoscaler.ledger.store import Ledger
+    from tests.support.ledger_runs import T0, H, policy_with_cost, record_live
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Ledger(url) as ledger:
+        run = record_live(ledger, hours=48)
+        ledger.record_policy(run, policy_with_cost(currency="EUR"), at=T0 + 24 * H)
+        ledger.record_policy(run, policy_with_cost(currency="USD", pue=1.31), at=T0 + 36 * H)
+
+    def report(start: str, end: str) -> tuple[int, str, str]:
+        code = main(["report", "--db", url, "--from", start, "--to", end, "--format", "json"])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = report("2026-01-05", "2026-01-06")  # entirely before the edit
+    assert code == 0, err
+    assert json.loads(out)["currency"] == "USD"
+    code, out, err = report("2026-01-06T00:00:00Z", "2026-01-06T12:00:00Z")  # within the EUR stretch
+    assert code == 0 and json.loads(out)["currency"] == "EUR", err
+    code, out, err = report("2026-01-06T12:00:00Z", "2026-01-07")  # after the revert
+    assert code == 0 and json.loads(out)["currency"] == "USD", err
+    code, out, err = report("2026-01-05", "2026-01-07")  # across it: where to cut, not --run
+    assert code == 2 and err.count("\n") == 1
+    assert "run 1 changed from USD to EUR at 2026-01-06T00:00:00Z" in err and "--to 2026-01-06T00:00:00Z" in err
+    assert "--run" not in err
+
+
+def test_a_live_currency_edit_is_refused_by_the_policy_layer(tmp_path):
+    from autoscaler.policy.loader import live_edit_problems, parse_policy
+
+    text = Path(POLICY).read_text()
+    running = parse_policy(text, "p.yaml")
+    assert live_edit_problems(running, parse_policy(text.replace("pue: 1.3", "pue: 1.4"), "p.yaml"), "p.yaml") == []
+    edited = parse_policy(text.replace("currency: USD", "currency: EUR"), "p.yaml")
+    (line,) = live_edit_problems(running, edited, "p.yaml")
+    assert line.startswith("p.yaml: cost.currency: 'EUR' differs from the running policy's 'USD'")
+    assert "restart" in line
+
+
+def test_a_report_of_centuries_is_refused_before_the_ledger_is_read(tmp_path):
+    started = time.monotonic()
+    bad(cli("report", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--from", "0001-01-01", "--to", "9999-12-31",
+            cwd=tmp_path), "--from: about 739,", "days up to now is more than 10,000 rows")
+    p = cli("report", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--from", "1990-01-01", "--to", "2030-01-01",
+            cwd=tmp_path)
+    assert "or --by week" in p.stderr
+    assert time.monotonic() - started < 20
+    # to the end of time by month from a recent start is fine: periods after now have no rows
+    url = _live_ledger(tmp_path / "l.db")
+    p = cli("report", "--db", url, "--from", "2026-01-01", "--to", "9999-12-31", "--by", "month", "--format", "csv",
+            cwd=tmp_path, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+# ------------------------------------------------------------------------------ the policy
+def _policy_with(tmp_path: Path, old: str, new: str) -> str:
+    text = Path(POLICY).read_text()
+    assert old in text, old
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return str(path)
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("tick_interval_s: 15", "tick_interval_s: 6e2",
+     "scaling.tick_interval_s: '6e2' is text to YAML, not a number (it reads an exponent only as in 6.0e+2); "
+     "write 600 or 600.0"),
+    ("energy_price_per_kwh: 0.15", "energy_price_per_kwh: 1.0e12", "write 1000000000000 or 1000000000000.0"),
+    ("tick_interval_s: 15", "tick_interval_s: 3600", "scaling.tick_interval_s: 3600"),
+])
+def test_policy_numbers_that_mislead_are_named(tmp_path, old, new, needle):
+    path = _policy_with(tmp_path, old, new)
+    err = bad(cli("policy", "validate", path), needle)
+    assert "valid number" not in err
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("address: 10.0.0.11}", "address: '-oProxyCommand=touch /tmp/x'}", "fleet.groups[0].nodes[0].address"),
+    ("address: 10.0.0.11}", "address: 'spark-1;reboot'}", "fleet.groups[0].nodes[0].address"),
+    ("address: 10.0.0.11}", "address: '$(id)'}", "fleet.groups[0].nodes[0].address"),
+    ("address: 10.0.0.11}", "address: 'spark 1'}", "fleet.groups[0].nodes[0].address"),
+    ("address: 10.0.0.11}", "address: 'root@spark-1'}", "fleet.groups[0].nodes[0].address"),
+    ("worker_url: http://10.0.0.11:30000", "worker_url: 'http://spark-1;id:30000'", "fleet.groups[0].worker_url"),
+    ("worker_url: http://10.0.0.11:30000", "worker_url: 'http://-x:30000'", "fleet.groups[0].worker_url"),
+    ("worker_url: http://10.0.0.11:30000", "worker_url: 'http://$(id):30000'", "fleet.groups[0].worker_url"),
+    ("worker_url: http://10.0.0.11:30000", "worker_url: 'http://u:pw@spark-1:30000'", "fleet.groups[0].worker_url"),
+])
+def test_node_addresses_and_worker_hosts_are_host_names_or_ip_addresses_only(tmp_path, old, new, field):
+    bad(cli("policy", "validate", _policy_with(tmp_path, old, new)), f"{field}:")
+
+
+def test_ip_addresses_and_plain_host_names_stay_valid(tmp_path):
+    for old, new in (("address: 10.0.0.11}", "address: 10.0.0.21}"), ("address: 10.0.0.11}", "address: 'fe80::1'}"),
+                     ("worker_url: http://10.0.0.11:30000", "worker_url: 'http://[fd00::11]:30000'"),
+                     ("address: 10.0.0.11}", "address: spark-1.rack2.example.}")):
+        p = cli("policy", "validate", _policy_with(tmp_path, old, new))
+        assert p.returncode == 0, (new, p.stderr)
+
+
+# ------------------------------------------------------------------------------ traces
+def test_a_row_of_empty_cells_is_a_counted_bad_row(tmp_path):
+    from autoscaler.errors import BadInput
+    from autoscaler.sim.traces import load_trace
+
+    lines = Path(AZURE).read_text().splitlines()[:40]  # the header and 39 requests
+    trace = tmp_path / "t.csv"
+    # a row of empty cells in the middle, a blank line and a line of spaces (those two are not rows)
+    trace.write_text("\n".join(lines[:10] + [",,", "", "   "] + lines[10:]) + "\n")
+    with pytest.raises(BadInput, match=r"t\.csv:11: every cell is empty \(,,\)"):
+        load_trace(str(trace), "auto")
+    loaded = load_trace(str(trace), "auto", skip_bad_rows=True)
+    assert loaded.bad_rows == 1 and loaded.requests_read == 40 and len(loaded) == 39
+
+
+def test_verbose_goes_after_the_subcommand_too():
+    from autoscaler.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["run", "--policy", "p.yaml", "-v"]).verbose == 1  # as docs/live.md shows it
+    assert parser.parse_args(["-vv", "run", "--policy", "p.yaml"]).verbose == 2
+    assert parser.parse_args(["run", "--policy", "p.yaml"]).verbose == 0
+
+
+# ------------------------------------------------------------------------------ core memory
+def test_the_memory_the_core_writes_reads_back_through_falling_rising_and_flat_demand():
+    """Every memory the core returns must load again as the snapshot format (a restart or a failover
+    reads it so); falling demand wrote negative rises that the schema refused, so every restart after
+    a quiet spell threw the learned history away. Demand rises 1 -> 17, holds, falls back to 1, holds,
+    one tick every 15 s for 3 hours, with all three groups ready."""
+    from autoscaler.adapters.snapshot_file import snapshot_from_dict
+    from autoscaler.core.types import iso
+    from tests.core_helpers import T0, decide, fleet, fresh, make_policy, signals
+
+    policy = make_policy()
+    memory = fresh()
+    state = fleet("ready", "ready", "ready")
+    seen_negative = False
+    for tick in range(3 * 240):
+        minute = tick / 4
+        demand = min(17.0, 1 + minute / 2) if minute < 45 else 17.0 if minute < 90 else \
+            max(1.0, 17 - (minute - 90) / 2) if minute < 135 else 1.0
+        now = T0 + 15 * tick
+        running = min(demand, 18.0)
+        per = running / 3
+        snap = signals(at=now, ttft=1.0, queue_wait=0.0, g1=(per, 0, 0.3), g2=(per, 0, 0.3), g3=(per, 0, 0.3))
+        _, memory = decide(snap, state, policy, memory, now)
+        stored = memory.to_dict()
+        seen_negative |= any(z < 0 for _, z in stored["rise_log"])
+        doc = {"at": iso(now), "fleet": {"groups": {g: {"phase": "ready"} for g in ("g1", "g2", "g3")}},
+               "memory": stored}
+        loaded = snapshot_from_dict(doc, policy, "<stored memory>")[2]
+        assert loaded.to_dict() == stored, f"tick {tick}"
+        assert loaded.rises_sorted == memory.rises_sorted
+    assert seen_negative  # the falling stretch was exercised
