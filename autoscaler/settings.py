@@ -166,6 +166,11 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+def status_token(env: Mapping[str, str] | None = None) -> str | None:
+    """The bearer token of /status: ``AUTOSCALER_STATUS_TOKEN``, or the file ``AUTOSCALER_STATUS_TOKEN_FILE`` names."""
+    return _secret(os.environ if env is None else env, "AUTOSCALER_STATUS_TOKEN") or None
+
+
 SERVICES = frozenset({"prometheus", "gateway", "database"})
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 from autoscaler.cli.common import print_json
 from autoscaler.core.types import iso, parse_time
 from autoscaler.errors import BadInput, RuntimeFailure
-from autoscaler.settings import load_settings, redact_url
+from autoscaler.settings import load_settings, redact_url, status_token
 
 CONTROLS = {
     "pin": "hold exactly N groups until T (overrides the policy's schedules.pin; expires by itself)",
@@ -333,7 +332,7 @@ def _status_from_server(base: str) -> dict[str, Any]:
 
     base = check_http_url("--server", base, "http://127.0.0.1:9108")
     request = urllib.request.Request(base.rstrip("/") + "/status", headers={"Accept": "application/json"})
-    token = os.environ.get("AUTOSCALER_STATUS_TOKEN")
+    token = status_token()
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
