@@ -43,13 +43,13 @@ exec "$@"
 """
 
 SYSTEMCTL = r"""#!/bin/bash
-# systemctl stand-in for the unit sglang@GROUP on the node $RECIPE_NODE (its rank and the group's
+# systemctl stand-in for the unit sglang-tp2@GROUP on the node $RECIPE_NODE (its rank and the group's
 # port are in $RECIPE_STATE). Rank 0 runs the emulator on the worker URL's port; rank 1 only marks
 # itself active. is-active: exit 0 running, 3 stopped.
 set -u
 cmd="$1"; shift
 [ "${1:-}" = "--quiet" ] && shift
-unit="$1"; group="${unit#sglang@}"
+unit="$1"; group="${unit#sglang-tp2@}"
 rank="$(cat "$RECIPE_STATE/nodes/$RECIPE_NODE")"
 port="$(cat "$RECIPE_STATE/ports/$group")"
 pidfile="$RECIPE_STATE/run/$group.pid"; mark="$RECIPE_STATE/run/$group-rank$rank"
