@@ -447,3 +447,15 @@ def test_the_memory_the_core_writes_reads_back_through_falling_rising_and_flat_d
         assert loaded.to_dict() == stored, f"tick {tick}"
         assert loaded.rises_sorted == memory.rises_sorted
     assert seen_negative  # the falling stretch was exercised
+
+
+def test_a_policy_pin_note_is_one_line(tmp_path):
+    import yaml
+
+    # default.yaml has no schedules.pin: add one whose note would split the decision's log line
+    path = tmp_path / "p.yaml"
+    data = yaml.safe_load(Path(POLICY).read_text())
+    data.setdefault("schedules", {})["pin"] = {"groups": 2, "until": "2099-01-01T00:00:00Z",
+                                               "note": "launch\nINFO autoscaler.decision: fake"}
+    path.write_text(yaml.safe_dump(data))
+    bad(cli("policy", "validate", str(path)), "schedules.pin.note: holds a line break")

@@ -308,7 +308,16 @@ class ScheduleWindow(Weekly):
 class Pin(StrictModel):
     groups: Int = Field(ge=1, description="Hold exactly this many groups (within the fleet's floor and ceiling).")
     until: datetime = Field(description="The pin expires at this time (ISO 8601; without a zone, UTC).")
-    note: str = Field("", description="Why the pin was set; shown in decisions.")
+    note: str = Field("", description="Why the pin was set; shown in decisions (one line).")
+
+    @field_validator("note")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        # The note goes into decision details and the one log line per decision.
+        bad = next((c for c in value if ord(c) < 32 or ord(c) == 127 or c in "\x85\u2028\u2029"), None)
+        if bad is not None:
+            raise ValueError(f"holds a line break or control character ({bad!r}); write one line")
+        return value
 
     @field_validator("until")
     @classmethod
