@@ -459,3 +459,29 @@ def test_a_policy_pin_note_is_one_line(tmp_path):
                                                "note": "launch\nINFO autoscaler.decision: fake"}
     path.write_text(yaml.safe_dump(data))
     bad(cli("policy", "validate", str(path)), "schedules.pin.note: holds a line break")
+
+
+def test_a_pin_above_the_ceiling_says_at_once_what_the_controller_will_hold(tmp_path, capsys):
+    from sqlalchemy import insert
+
+    from autoscaler.ledger.models import ControllerStateRow, FleetGroupRow, LeaseRow
+    from autoscaler.ledger.store import Ledger
+    from tests.support.ledger_runs import record_live
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Ledger(url) as ledger:
+        run = record_live(ledger, end=False)
+        sha = ledger.runs(run_id=run)[0].policy_sha256
+        with ledger.engine.begin() as conn:
+            conn.execute(insert(ControllerStateRow).values(key="policy", epoch=1, updated_at=1e9,
+                                                           value={"path": "p.yaml", "hash": sha}))
+            conn.execute(insert(LeaseRow).values(name="controller", holder="ctl", epoch=1, acquired_at=1e9,
+                                                 renewed_at=1e9, expires_at=1e9))
+            conn.execute(insert(FleetGroupRow).values(
+                name="g1", phase="ready", since=1e9, worker_url=None, worker_id=None, attempts=0, retry_at=None,
+                cordoned=False, cause=None, health_failures=0, start_began_at=None, removed_at=None, epoch=1,
+                updated_at=1e9))
+    code = main(["pin", "--db", url, "--groups", "5", "--until", _soon(1), "--reason", "launch", "--by", "bob"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "note: the running policy clamps this pin: 5 is above fleet.ceiling_groups (3): holds 3" in out

@@ -273,6 +273,13 @@ def _run_control(args: argparse.Namespace) -> int:
             notes.append(f"{group} had no operator cordon (this also clears a cordon after failed starts)")
         record = record_control(ledger, kind, by=by, reason=reason, group=group, groups=groups, until=until, at=now)
         after = effective_controls(ledger, now)
+        if kind == "pin" and groups is not None:
+            from autoscaler.service.status import pin_in_effect
+
+            with ledger.engine.connect() as conn:
+                clamp = pin_in_effect(conn, groups)
+            if clamp["clamped"]:
+                notes.append(f"the running policy clamps this pin: {groups} is {clamp['clamped']}")
     if args.json:
         print_json({"control": record.to_dict(), "in_force": after.to_dict(), "notes": notes})
         return 0

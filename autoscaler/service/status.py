@@ -88,6 +88,13 @@ def _build(conn: Connection, now: float, instance: str | None, leader: bool | No
     }
 
 
+def pin_in_effect(conn: Connection, groups: int) -> dict[str, Any]:
+    """``effective_groups`` and ``clamped`` for a pin of ``groups`` under the policy the controller runs."""
+    row = conn.execute(select(ControllerStateRow.value).where(ControllerStateRow.key == "policy")).first()
+    value = row.value if row is not None and isinstance(row.value, dict) else {}
+    return _pin_in_effect(conn, groups, value.get("hash"))
+
+
 def _pin_in_effect(conn: Connection, groups: Any, policy_hash: Any) -> dict[str, Any]:
     """``effective_groups`` (what the core holds for the pin: clamped to the running policy's floor and
     ceiling) and ``clamped`` (why it differs from ``groups``, else null). A pin of 5 with a ceiling of 3
