@@ -194,10 +194,17 @@ def _refuse_a_ledger_without_a_controller(kind: str, url: str, source: str) -> N
             if tables and "alembic_version" not in tables:
                 return  # not a ledger at all: _open_for_write names it and refuses
             missing = []
-            if "fleet_groups" not in tables or not conn.execute(select(func.count()).select_from(FleetGroupRow)).scalar():
+            controller_runs = 0
+            if "runs" in tables:
+                controller_runs = conn.execute(
+                    select(func.count()).select_from(Run).where(Run.source.in_(("live", "advisory")))).scalar() or 0
+            # The fleet: the groups an acting controller keeps in fleet_groups, or (an advisory controller
+            # keeps its shadow fleet in memory) the fleet recorded with a live or advisory run's policy.
+            groups = conn.execute(select(func.count()).select_from(FleetGroupRow)).scalar() \
+                if "fleet_groups" in tables else 0
+            if not groups and not controller_runs:
                 missing.append("no fleet")
-            if "runs" not in tables or not conn.execute(
-                    select(func.count()).select_from(Run).where(Run.source.in_(("live", "advisory")))).scalar():
+            if not controller_runs:
                 missing.append("no live or advisory run")
             if "leases" not in tables or not conn.execute(select(func.count()).select_from(LeaseRow)).scalar():
                 missing.append("no leader")
