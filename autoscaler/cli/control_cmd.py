@@ -171,22 +171,18 @@ def _refuse_a_ledger_without_a_controller(kind: str, url: str, source: str) -> N
     a live or advisory run and a leader are recorded there. A control elsewhere would be obeyed by no one,
     yet say "the running leader obeys it" and exit 0 (a pause without --db went into ./autoscaler.db
     while the controller ran on fleet.db)."""
-    from pathlib import Path
 
     from sqlalchemy import func, inspect, select
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
     from autoscaler.ledger.models import FleetGroupRow, LeaseRow, Run
     from autoscaler.ledger.schema import make_engine, one_line
-    from autoscaler.service.leadership import sqlite_path
 
     where = _where(url, source)
     advice = ("nothing was recorded; give the controller's ledger with --db or AUTOSCALER_DATABASE_URL (as its "
               "'autoscaler run' has it), or --new-ledger to prepare this one before a first run")
-    if url.startswith("sqlite"):
-        path = sqlite_path(url)
-        if path is not None and not Path(path).exists():
-            raise BadInput(f"{kind}: no ledger at {where}: no controller has run there; {advice}")
+    if _missing_sqlite_file(url):
+        raise BadInput(f"{kind}: no ledger at {where}: no controller has run there; {advice}")
     engine = make_engine(url, read_only=True)
     try:
         with engine.connect() as conn:
@@ -217,17 +213,23 @@ def _refuse_a_ledger_without_a_controller(kind: str, url: str, source: str) -> N
         raise BadInput(f"{kind}: the ledger {where} has {said} recorded: no controller uses it; {advice}")
 
 
-def _open_for_read(url: str):
-    """An engine on an existing ledger at this code's schema revision; never creates or migrates."""
+def _missing_sqlite_file(url: str) -> str | None:
+    """The file of a SQLite ledger URL when it does not exist (opening it would create it), else None."""
     from pathlib import Path
 
-    from autoscaler.ledger.schema import check_schema, make_engine
     from autoscaler.service.leadership import sqlite_path
 
-    if url.startswith("sqlite"):
-        path = sqlite_path(url)
-        if path is not None and not Path(path).exists():
-            raise RuntimeFailure(f"no ledger database at {path} ({redact_url(url)}): no controller has run there")
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    return path if path is not None and not Path(path).exists() else None
+
+
+def _open_for_read(url: str):
+    """An engine on an existing ledger at this code's schema revision; never creates or migrates."""
+    from autoscaler.ledger.schema import check_schema, make_engine
+
+    path = _missing_sqlite_file(url)
+    if path:
+        raise RuntimeFailure(f"no ledger database at {path} ({redact_url(url)}): no controller has run there")
     # Opened read-only (SQLite mode=ro, PostgreSQL read-only transactions) and checked without
     # creating or migrating anything: a file that is not a ledger is named and left untouched.
     engine = make_engine(url, read_only=True)
