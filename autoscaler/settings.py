@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from autoscaler.errors import BadInput
 
@@ -39,14 +40,118 @@ class Settings:
         )
 
 
+# Query parameters that carry a credential (libpq's and the common drivers' names): shown as ***.
+_SECRET_PARAMS = re.compile(
+    r"([?&;](?:password|passwd|pwd|pass|sslpassword|sslkey|secret|token|access_token|api_key|apikey|auth)=)[^&;]*",
+    re.IGNORECASE,
+)
+
+
 def redact_url(url: str) -> str:
-    """Hide the password in a URL like postgresql://user:pw@host/db."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
+    """The URL with every credential shown as ``***``: the password in
+    ``postgresql://user:pw@host/db`` and credential query parameters (``?password=``).
+
+    Never partly printed: the user part ends at the *last* ``@`` (a password with an unescaped
+    ``@`` or ``#`` is hidden whole), and credential parameters go first, so an ``@`` in their
+    value cannot be taken for the host's."""
+    if "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    rest = _SECRET_PARAMS.sub(r"\1***", rest)
+    if "@" in rest:
         creds, host = rest.rsplit("@", 1)
-        if ":" in creds:
-            return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+        user, colon, _ = creds.partition(":")
+        return f"{scheme}://{user}:***@{host}" if colon else f"{scheme}://{creds}@{host}"
+    return f"{scheme}://{rest}"
+
+
+def check_http_url(source: str, url: str, example: str = "http://127.0.0.1:9090") -> str:
+    """An http(s) base URL, parsed once up front; BadInput in one line naming ``source`` (the flag or
+    variable) otherwise. Returns it without a trailing slash (the gateway probes ``//health`` for one)."""
+    why = _http_url_problem(url)
+    if why:
+        raise BadInput(f"{source}: {redact_url(url)!r} is not an http(s) URL: {why} (e.g. {example})")
+    return url.rstrip("/")
+
+
+def _http_url_problem(url: str) -> str | None:
+    if any(c.isspace() for c in url):
+        return "it contains white space"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError for a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        if "IPv6" in str(exc):
+            return "an unclosed '[' around an IPv6 address"
+        return "the port is not a number from 1 to 65535"
+    if parts.scheme not in ("http", "https"):
+        return "it needs http:// or https://"
+    if not parts.hostname:
+        return "no host"
+    if port == 0:
+        return "port 0"
+    if parts.username is not None or parts.password is not None:
+        return "credentials in the URL (give the key in the environment instead)"
+    if parts.query or parts.fragment:
+        return "a base URL has no '?' or '#' part"
+    return None
+
+
+# SQLAlchemy's own URL grammar (sqlalchemy.engine.url._parse_url), so that the URL is checked the
+# way it will be read, without importing SQLAlchemy (commands without a database start fast).
+_DB_URL = re.compile(
+    r"""^(?P<name>[\w+.-]+)://
+    (?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?
+    (?:(?:\[(?P<ipv6host>[^/?]+)\]|(?P<ipv4host>[^/:?]+))?(?::(?P<port>[^/?]*))?)?
+    (?:/(?P<database>[^?]*))?
+    (?:\?(?P<query>.*))?$""",
+    re.X | re.S,
+)
+DB_EXAMPLE = "sqlite:///autoscaler.db or postgresql://user@host:5432/ledger"
+
+
+def check_database_url(source: str, url: str) -> str:
+    """A ledger URL, parsed once up front: BadInput in one line naming ``source`` for what SQLAlchemy
+    would misread or fail on with a traceback (a port that is not a number, ``sqlite://x.db``, a
+    password with an unescaped ``@``). The password is never printed, not even a part of it."""
+    why = _database_url_problem(url)
+    if why:
+        raise BadInput(f"{source}: {redact_url(url)!r} is not a database URL: {why} (e.g. {DB_EXAMPLE})")
     return url
+
+
+def _database_url_problem(url: str) -> str | None:
+    found = _DB_URL.match(url)
+    if not found or not re.match(r"^[A-Za-z]", url):
+        return "it needs DIALECT:// first"
+    parts = found.groupdict()
+    dialect = parts["name"].split("+", 1)[0].lower()
+    host = parts["ipv6host"] or parts["ipv4host"] or ""
+    credentials = (parts["username"] or "") + ":" + (parts["password"] or "")
+    if "@" in host or "#" in host or any(c in credentials for c in "@/?#"):
+        # "postgresql://u:P@SS#X@host/db": SQLAlchemy takes "P" as the password and "SS#X@host" as the
+        # host, and the driver's error would print the rest of the password; "...?password=a@b.example"
+        # makes "b.example" the host. Either way the URL does not say what its writer meant.
+        return ("more than one '@', or a '#' in the host: percent-encode '@', '#', '/', '?' and ':' in a "
+                "password or a query value (%40, %23, %2F, %3F, %3A)")
+    port = parts["port"]
+    if port is not None and port != "" and not (port.isdigit() and 0 < int(port) <= 65535):
+        return f"the port {port!r} is not a number from 1 to 65535"
+    if dialect == "sqlite":
+        if host or parts["username"] is not None:
+            return (f"a SQLite URL has no host ({host or parts['username']!r}): a file is sqlite:///relative.db "
+                    "or sqlite:////absolute/path.db (three or four slashes)")
+    return None
+
+
+def is_memory_database(url: str) -> bool:
+    """``sqlite://``, ``sqlite:///:memory:`` and SQLite URI memory forms: gone when the process ends."""
+    found = _DB_URL.match(url)
+    if not found or not found["name"].lower().startswith("sqlite"):
+        return False
+    db = found["database"] or ""
+    query = found["query"] or ""
+    return db in ("", ":memory:") or "mode=memory" in db + "?" + query or db.startswith("file::memory:")
 
 
 def _secret(env: Mapping[str, str], name: str) -> str | None:
@@ -61,9 +166,12 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-# What SQLAlchemy's make_url accepts: a scheme (dialect[+driver]) and "://" (checked here without
-# importing SQLAlchemy, so that commands without a database start fast).
-_DB_URL = re.compile(r"^[A-Za-z][A-Za-z0-9_+.-]*://")
+def status_token(env: Mapping[str, str] | None = None) -> str | None:
+    """The bearer token of /status: ``AUTOSCALER_STATUS_TOKEN``, or the file ``AUTOSCALER_STATUS_TOKEN_FILE`` names."""
+    return _secret(os.environ if env is None else env, "AUTOSCALER_STATUS_TOKEN") or None
+
+
+SERVICES = frozenset({"prometheus", "gateway", "database"})
 
 
 def load_settings(
@@ -73,23 +181,50 @@ def load_settings(
     db: str | None = None,
     listen: str | None = None,
     env: Mapping[str, str] | None = None,
+    uses: Collection[str] = SERVICES,
 ) -> Settings:
-    """Flags win over ``AUTOSCALER_*`` variables, which win over defaults."""
+    """Flags win over ``AUTOSCALER_*`` variables, which win over defaults. Each URL of a service in
+    ``uses`` is parsed here, once, before anything is contacted (BadInput naming the flag or variable)."""
     env = os.environ if env is None else env
-    if db:
-        db_from = "--db"
-    elif env.get("AUTOSCALER_DATABASE_URL"):
-        db_from = "AUTOSCALER_DATABASE_URL"
-    else:
-        db_from = "default"
-    database_url = db or env.get("AUTOSCALER_DATABASE_URL") or DEFAULT_DB_URL
-    if not _DB_URL.match(database_url):
-        raise BadInput(f"{db_from}: {redact_url(database_url)!r} is not a database URL (e.g. sqlite:///autoscaler.db)")
+    database_url, db_from = _database_url(db, env)
+    prometheus_url, prometheus_from = _pick(prometheus, "--prometheus", env, "AUTOSCALER_PROMETHEUS_URL",
+                                            DEFAULT_PROMETHEUS_URL)
+    gateway_url, gateway_from = _pick(gateway, "--gateway", env, "AUTOSCALER_GATEWAY_URL", DEFAULT_GATEWAY_URL)
+    if "database" in uses:
+        check_database_url(db_from, database_url)
+    if "prometheus" in uses:
+        prometheus_url = check_http_url(prometheus_from, prometheus_url, DEFAULT_PROMETHEUS_URL)
+    if "gateway" in uses:
+        gateway_url = check_http_url(gateway_from, gateway_url, DEFAULT_GATEWAY_URL)
     return Settings(
-        prometheus_url=(prometheus or env.get("AUTOSCALER_PROMETHEUS_URL") or DEFAULT_PROMETHEUS_URL).rstrip("/"),
-        gateway_url=(gateway or env.get("AUTOSCALER_GATEWAY_URL") or DEFAULT_GATEWAY_URL).rstrip("/"),
+        prometheus_url=prometheus_url.rstrip("/"),
+        gateway_url=gateway_url.rstrip("/"),
         database_url=database_url,
         database_url_from=db_from,
         listen=listen or env.get("AUTOSCALER_LISTEN") or DEFAULT_LISTEN,
         gateway_api_key=_secret(env, "AUTOSCALER_GATEWAY_API_KEY"),
     )
+
+
+def _pick(flag_value: str | None, flag: str, env: Mapping[str, str], name: str, default: str) -> tuple[str, str]:
+    """The value and where it came from (for the error message)."""
+    if flag_value:
+        return flag_value, flag
+    if env.get(name):
+        return env[name], name
+    return default, "default"
+
+
+def _database_url(db: str | None, env: Mapping[str, str]) -> tuple[str, str]:
+    """--db, else AUTOSCALER_DATABASE_URL, else the file named by AUTOSCALER_DATABASE_URL_FILE (so that
+    a password is not in the environment ``ps e`` shows), else the default."""
+    if db:
+        return db, "--db"
+    if env.get("AUTOSCALER_DATABASE_URL"):
+        return env["AUTOSCALER_DATABASE_URL"], "AUTOSCALER_DATABASE_URL"
+    from_file = _secret(env, "AUTOSCALER_DATABASE_URL")
+    if from_file is not None:
+        if not from_file:
+            raise BadInput(f"AUTOSCALER_DATABASE_URL_FILE: {env['AUTOSCALER_DATABASE_URL_FILE']} is empty")
+        return from_file, "AUTOSCALER_DATABASE_URL_FILE"
+    return DEFAULT_DB_URL, "default"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import PYTHON, REPO, emulated_worker, free_port
+from tests.support.procs import PYTHON, REPO, bad, emulated_worker, free_port
 
 POLICY = str(REPO / "policies/default.yaml")
 SNAPSHOT = REPO / "examples/snapshots/busy-morning.json"
@@ -23,16 +23,6 @@ SERVEGEN = str(REPO / "examples/traces/servegen-m-small")
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([PYTHON, "-m", "autoscaler", *args], capture_output=True, text=True, cwd=REPO,
                           timeout=timeout)
-
-
-def bad(p: subprocess.CompletedProcess, *needles: str) -> str:
-    """Exit 2, nothing on stdout, exactly one line on stderr holding every needle."""
-    assert p.returncode == 2, (p.returncode, p.stdout[-300:], p.stderr[-600:])
-    assert p.stdout == ""
-    assert p.stderr.count("\n") == 1 and p.stderr.endswith("\n"), p.stderr
-    for n in needles:
-        assert n in p.stderr, (n, p.stderr)
-    return p.stderr
 
 
 @pytest.fixture

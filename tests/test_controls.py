@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,7 +14,7 @@ from sqlalchemy import insert, text
 from autoscaler.cli import main
 from autoscaler.core.types import Action, FleetState, GroupState, Phase, Reason, iso
 from autoscaler.core.victim import groups_to_start
-from autoscaler.ledger.models import ControllerStateRow, FleetGroupRow
+from autoscaler.ledger.models import ControllerStateRow, FleetGroupRow, LeaseRow
 from autoscaler.ledger.schema import make_engine
 from autoscaler.ledger.store import Ledger
 from autoscaler.service.controls import (
@@ -26,7 +27,7 @@ from autoscaler.service.controls import (
     record_control,
     with_cordons,
 )
-from autoscaler.service.leadership import PostgresLease, SqliteFlock
+from autoscaler.service.leadership import LEASE_NAME, PostgresLease, SqliteFlock
 from autoscaler.service.status import build_status
 from tests.core_helpers import T0, decide, fleet, fresh, make_policy, signals
 from tests.support.ledger_runs import T0 as STORY_T0
@@ -209,15 +210,31 @@ def _cli(capsys, *argv):
     return code, out, err
 
 
+def _controller_ledger(url: str) -> None:
+    """A ledger as a controller leaves it: its fleet, a live run and a leader (the lease row)."""
+    with Ledger(url) as ledger:
+        record_live(ledger, end=False)
+        with ledger.engine.begin() as conn:
+            conn.execute(insert(LeaseRow).values(name=LEASE_NAME, holder="ctl-a", epoch=1, acquired_at=T0,
+                                                 renewed_at=T0, expires_at=T0 + 15))
+    _with_fleet(url, "g1", "g2", "g3")
+
+
+def _soon(days: float = 7) -> str:
+    return iso(float(int(time.time() + days * 86400)))
+
+
 def test_each_command_records_its_control_and_json_says_what_is_in_force(tmp_path, capsys, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'fresh.db'}"  # a fresh path: a control may create the ledger
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    _controller_ledger(url)
     monkeypatch.setattr("getpass.getuser", lambda: "opsuser")
-    code, out, err = _cli(capsys, "pin", "--db", url, "--groups", "2", "--until", "2099-01-01T00:00:00Z",
+    until = _soon()
+    code, out, err = _cli(capsys, "pin", "--db", url, "--groups", "2", "--until", until,
                           "--reason", "launch day", "--json")
     assert code == 0
     answer = json.loads(out)
     assert answer["control"]["kind"] == "pin" and answer["control"]["by"] == "opsuser"
-    assert answer["in_force"]["pin"]["groups"] == 2 and answer["in_force"]["pin"]["until"] == "2099-01-01T00:00:00Z"
+    assert answer["in_force"]["pin"]["groups"] == 2 and answer["in_force"]["pin"]["until"] == until
     for argv in (["pause"], ["cordon", "g2"], ["unpin"], ["resume"], ["uncordon", "g2"]):
         code, out, err = _cli(capsys, *argv, "--db", url, "--by", "bob", "--reason", "because", "--json")
         assert code == 0, err
@@ -270,9 +287,10 @@ def _with_fleet(url: str, *names: str) -> None:
 
 def test_cordon_checks_the_group_against_the_recorded_fleet(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'l.db'}"
-    code, out, _ = _cli(capsys, "cordon", "g9", "--db", url, "--reason", "r")  # no fleet recorded yet: accepted
+    # no fleet recorded yet: accepted only into a ledger prepared on purpose, with a note
+    code, out, _ = _cli(capsys, "cordon", "g9", "--db", url, "--reason", "r", "--new-ledger")
     assert code == 0 and "note: no controller has recorded the fleet in this ledger yet: 'g9' was not checked" in out
-    _with_fleet(url, "g1", "g2", "g3")
+    _controller_ledger(url)
     code, out, err = _cli(capsys, "cordon", "g9", "--db", url, "--reason", "r")
     assert code == 2 and err == "cordon: no group 'g9' in the fleet the controller recorded (known: g1, g2, g3)\n"
     code, out, err = _cli(capsys, "uncordon", "g7", "--db", url, "--reason", "r")
@@ -336,7 +354,8 @@ def test_status_from_the_database_on_postgresql_leader_only_while_the_lease_is_l
                                     "loaded_at": "2026-12-01T08:00:00Z", "error": None}
         assert status["groups"]["g3"] == {"phase": "ready", "since": iso(T0), "cordoned": True}  # cordon in force
         assert status["groups"]["g1"]["cordoned"] is False
-        assert status["pin"] == {"groups": 2, "until": iso(4e9), "by": "alice", "reason": "launch"}
+        assert status["pin"] == {"groups": 2, "until": iso(4e9), "by": "alice", "reason": "launch",
+                                 "effective_groups": 2, "clamped": None}
         assert status["last_decision"]["at"] == newest
         assert set(status["last_decision"]) == {"at", "action", "target_groups", "group", "reason", "detail"}
         # the service's view of itself: another instance asking is not the leader

@@ -49,3 +49,26 @@ def test_an_expected_group_that_cannot_be_read_is_a_problem_not_a_zero(tmp_path)
     assert snap.groups["g1"].running is None and snap.fleet.running is None
     assert {(p.signal, p.group, p.kind) for p in snap.problems} == {
         ("running", "g1", "unreachable"), ("queued", "g1", "unreachable"), ("kv_usage", "g1", "unreachable")}
+
+
+def test_a_value_out_of_its_physical_range_is_a_named_problem_read_directly_too(tmp_path):
+    """The same ranges as the Prometheus path: KV use 1e308 and -3 running are problems, not readings."""
+    from autoscaler.policy.loader import load_policy
+    from tests.support.exporter import Exporter
+
+    exporter = Exporter().start()
+    try:
+        exporter.set(running=-3, queued=1, kv_usage=1e308)
+        port = int(exporter.address.rsplit(":", 1)[1])
+        policy = load_policy(write_policy(tmp_path / "p.yaml", ports=[port, free_port(), free_port()])).policy
+        source = DirectSignals(policy, timeout_s=2.0)
+        try:
+            snap = source.read(expected_groups=["g1"])
+        finally:
+            source.close()
+    finally:
+        exporter.stop()
+    kinds = {(p.signal, p.group, p.kind) for p in snap.problems}
+    assert {("running", "g1", "out_of_range"), ("kv_usage", "g1", "out_of_range")} <= kinds
+    assert snap.groups["g1"].running is None and snap.groups["g1"].kv_usage is None
+    assert snap.groups["g1"].queued == 1 and snap.fleet.running is None

@@ -22,7 +22,7 @@ from tests.support.exporter import Exporter
 from tests.support.procs import free_port
 from tests.support.prometheus import prometheus_factory, running_prometheus, write_signal_policy  # noqa: F401
 
-ROLES = ("a", "b", "changing", "idle", "broken_hist", "nan", "dual", "stopped", "garbage", "frozen")
+ROLES = ("a", "b", "changing", "idle", "broken_hist", "nan", "dual", "stopped", "garbage", "frozen", "impossible")
 FAST = {"window_s": 5, "timeout_s": 2}  # a full rate window 5 s after the first scrape
 
 
@@ -43,6 +43,7 @@ def fleet(tmp_path_factory):
     ex["broken_hist"].drop_inf_bucket = True  # a histogram without its +Inf bucket: quantile NaN
     ex["broken_hist"].set_ttft(0.4, 3)
     ex["nan"].set(running=1, queued=0, kv_usage=float("nan"))
+    ex["impossible"].set(running=-3, queued=0, kv_usage=1e308)  # what no worker can report
     ex["dual"].set(running=2)
     ex["dual"].extra_running_series = True  # tp_rank 0 and 1 both export num_running_reqs
     for role in ("stopped", "garbage", "frozen"):
@@ -144,6 +145,19 @@ def test_nan_sample_is_not_a_number(fleet, tmp_path):
     assert "NaN" in snap.problems[0].detail
     assert snap.groups["g2"].kv_usage is None and snap.fleet.kv_usage is None
     assert snap.groups["g2"].running == 1 and snap.fleet.running == 4  # other signals unaffected
+
+
+def test_a_value_out_of_its_physical_range_is_a_named_problem_not_a_reading(fleet, tmp_path):
+    prom, ex = fleet
+    snap = read_signals(policy_for(tmp_path, ex["a"], ex["impossible"]), prom.url)
+    # KV use 1e308 (a share of the cache: 0..1) and -3 running requests were taken as readings
+    assert kinds(snap) == {("kv_usage", "g2", "out_of_range"), ("running", "g2", "out_of_range")}
+    detail = {p.signal: p.detail for p in snap.problems}
+    assert detail["kv_usage"].startswith("value 1e+308 is above 1, which kv_usage cannot be")
+    assert detail["running"].startswith("value -3 is below 0")
+    assert snap.groups["g2"].kv_usage is None and snap.groups["g2"].running is None
+    assert snap.fleet.kv_usage is None and snap.fleet.running is None  # no partial fleet value either
+    assert snap.groups["g2"].queued == 0 and snap.fleet.queued == 2  # other signals unaffected
 
 
 def test_two_series_for_one_group_is_multiple_series(fleet, tmp_path):
@@ -327,6 +341,44 @@ def test_cli_exit_codes_unreachable_1_bad_input_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as usage:
         run_cli(capsys, "--prometheus", dead)  # --policy is required
     assert usage.value.code == 2
+
+
+def test_a_url_that_is_not_prometheus_is_one_short_problem_and_exit_1(tmp_path, capsys):
+    """A plain web server: every query answers a 404 HTML page. Its body never lands in a problem."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    page = ("<!DOCTYPE HTML><html><head><title>Error response</title></head><body><h1>404 Not Found</h1>"
+            + "<p>padding</p>" * 50 + "</body></html>").encode()
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html;charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        path = write_signal_policy(tmp_path / "p.yaml", ["127.0.0.1:9"])
+        code, out, err = run_cli(capsys, "--policy", str(path), "--prometheus", url, "--json")
+        problems = json.loads(out)["problems"]
+        assert code == 1
+        assert {p["kind"] for p in problems} == {"http_error"} and len(problems) == len(SIGNAL_NAMES)
+        for p in problems:
+            assert "<" not in p["detail"] and len(p["detail"]) < 400, p["detail"]
+            assert p["detail"].startswith(f"HTTP 404: a text/html answer of {len(page)} bytes, not a Prometheus API "
+                                          f"answer: is {url} Prometheus?")
+        assert err.count("\n") == 1 and err.startswith(f"prometheus at {url} answered no query: HTTP 404")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_cli_show_queries_prints_the_rendered_plan(tmp_path, capsys):

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, cast
@@ -70,6 +70,22 @@ class Actuator(Protocol):
     def close(self) -> None: ...
 
 
+# The controller's secrets (docs/interfaces.md, "Secrets"): a worker or a site script never needs
+# them, and a worker outlives the controller, so it would keep them for good.
+SECRET_ENV = (
+    "AUTOSCALER_GATEWAY_API_KEY", "AUTOSCALER_DATABASE_URL", "AUTOSCALER_STATUS_TOKEN",
+    "PGPASSWORD",  # libpq reads it: the ledger's password by another name
+)
+
+
+def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a child process (a worker, a site's start/stop/status script) is given:
+    the controller's own, without its secrets and the files that hold them (``*_FILE``)."""
+    environ = os.environ if environ is None else environ
+    hidden = set(SECRET_ENV) | {name + "_FILE" for name in SECRET_ENV}
+    return {name: value for name, value in environ.items() if name not in hidden}
+
+
 @dataclass(frozen=True, slots=True)
 class CommandOutcome:
     argv: tuple[str, ...]
@@ -99,7 +115,7 @@ ABORT_POLL_S = 0.1  # how often a running command checks ``abort``: an act dies 
 
 def run_bounded(argv: Sequence[str], *, timeout_s: float, output_limit_bytes: int,
                 abort: Callable[[], bool] | None = None) -> CommandOutcome:
-    """Run ``argv`` (no shell) in its own process group. Output (stdout and stderr together) is
+    """Run ``argv`` (no shell) in its own process group, with ``child_env()``. Output (stdout and stderr together) is
     read continuously, so a flood never blocks the child, and only the last ``output_limit_bytes``
     are kept. At the timeout, or as soon as ``abort()`` answers True (polled every 0.1 s), the
     whole group is killed (children included). ``abort`` True before the start: nothing runs."""
@@ -110,7 +126,7 @@ def run_bounded(argv: Sequence[str], *, timeout_s: float, output_limit_bytes: in
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
+            start_new_session=True, close_fds=True, env=child_env(),
         )
     except OSError as exc:
         return CommandOutcome(argv, None, "", 0.0, error=exc.strerror or str(exc))

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from autoscaler.actuators.base import NO_CONTEXT, ActContext, ActResult, GroupStatus
+from autoscaler.actuators.base import NO_CONTEXT, ActContext, ActResult, GroupStatus, child_env
 from autoscaler.policy.model import Group, Policy
 
 
@@ -77,7 +77,7 @@ class LocalActuator:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
                     self.argv(group), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True,
+                    start_new_session=True, close_fds=True, env=child_env(),
                 )
         except OSError as exc:
             return ActResult(False, f"could not start the emulated worker: {exc.strerror or exc}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot
+from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot, out_of_range
 from autoscaler.policy.model import Policy
 
 
@@ -152,9 +152,14 @@ class DirectSignals:
                 continue
             bad = [k for k, v in scrape.gauges.items() if v is not None and not math.isfinite(v)]
             missing = [k for k, v in scrape.gauges.items() if v is None]
+            impossible = {k: why for k, v in scrape.gauges.items()
+                          if v is not None and k not in bad and (why := out_of_range(k, v)) is not None}
             if name in expected:
                 problems.extend(Problem(k, name, "not_a_number", f"{groups[name].worker_url}/metrics: {k} is NaN") for k in bad)
+                problems.extend(Problem(k, name, "out_of_range", f"{groups[name].worker_url}/metrics: {why}")
+                                for k, why in impossible.items())
                 problems.extend(Problem(k, name, "absent", f"{groups[name].worker_url}/metrics: no {k} metric") for k in missing)
+            bad += list(impossible)
             history = self._history[name]
             history.append(scrape)
             while len(history) > 1 and scrape.at - history[0].at > policy.signals.window_s:
@@ -169,6 +174,12 @@ class DirectSignals:
                     window_ttft[b] = window_ttft.get(b, 0.0) + c
                 for b, c in d_queue.items():
                     window_queue[b] = window_queue.get(b, 0.0) + c
+            if name in expected:  # the derived values too: a counter reset or a broken histogram
+                for k, v in (("request_rate", rate), ("ttft_p99_s", ttft), ("queue_wait_p99_s", queue_wait)):
+                    if v is not None and (why := out_of_range(k, v)) is not None:
+                        problems.append(Problem(k, name, "out_of_range", f"{groups[name].worker_url}/metrics: {why}"))
+            rate, ttft, queue_wait = (None if v is None or out_of_range(k, v) else v for k, v in
+                                      (("request_rate", rate), ("ttft_p99_s", ttft), ("queue_wait_p99_s", queue_wait)))
             clean = {k: (None if k in bad else v) for k, v in scrape.gauges.items()}
             out[name] = GroupSignals(running=clean["running"], queued=clean["queued"], kv_usage=clean["kv_usage"],
                                      request_rate=rate, ttft_p99_s=ttft, queue_wait_p99_s=queue_wait)

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot
+from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot, out_of_range
 from autoscaler.errors import BadInput, RuntimeFailure
 from autoscaler.policy.model import SIGNAL_NAMES, Policy, Signals
 
@@ -211,10 +211,10 @@ class PrometheusClient:
             if isinstance(payload, dict) and "error" in payload:
                 message = f"{payload.get('errorType', 'error')}: {payload['error']}"
             else:
-                message = response.text.strip()[:200]
+                message = _not_the_api(response, self.url)
             raise PrometheusError("http_error", f"HTTP {response.status_code}: {message}")
         if not isinstance(payload, dict) or payload.get("status") != "success" or "data" not in payload:
-            raise PrometheusError("http_error", f"not a Prometheus API answer from {self.url}")
+            raise PrometheusError("http_error", _not_the_api(response, self.url))
         return payload["data"]
 
     def query(self, promql: str, at: float, timeout_s: float | None = None) -> _Answer:
@@ -271,6 +271,13 @@ class _Answer:
     series: list[dict[str, Any]] | None = None  # None when the query failed
     kind: str | None = None  # unreachable / http_error when it failed
     detail: str = ""
+
+
+def _not_the_api(response: httpx.Response, url: str) -> str:
+    """One short line for an answer that is not Prometheus's JSON API: a plain web server's 404 page, a
+    proxy's login form. Its body is never copied in (a whole HTML page landed in the problem list)."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    return f"a {kind} answer of {len(response.content)} bytes, not a Prometheus API answer: is {url} Prometheus?"
 
 
 def _connection_detail(exc: Exception) -> str:
@@ -377,6 +384,8 @@ def _evaluate(
                     pass  # no requests in the window: unknown latency, not an anomaly
                 else:
                     problem = ("not_a_number", _nan_detail(name, _raw(matched[0]), traffic, gname))
+            elif (why := out_of_range(name, value)) is not None:
+                problem, value = ("out_of_range", f"{why}; query: {q.by_group}"), None
         if problem is None:
             out.values[gname] = value
         elif gname in expected:
@@ -440,6 +449,9 @@ def _fleet_value(
         out.problems.append(Problem(name, None, "multiple_series", detail))
         return None
     value = _number(answer.series[0])
+    if value is not None and (why := out_of_range(name, value)) is not None:
+        out.problems.append(Problem(name, None, "out_of_range", f"fleet query: {why}"))
+        return None
     if value is None:
         traffic_answer = answers.get((name, "fleet_traffic"))
         traffic: dict[str | None, float | None] | None = None
@@ -545,6 +557,13 @@ class PrometheusSignals:
 def is_unreachable(snapshot: SignalSnapshot) -> bool:
     """True when Prometheus could not be reached for some signal (the CLI then exits 1)."""
     return any(p.kind == "unreachable" for p in snapshot.problems)
+
+
+def answered_nothing(snapshot: SignalSnapshot) -> bool:
+    """True when no signal's query was answered at all (each failed as unreachable or with an HTTP error):
+    the URL is not a working Prometheus (a plain web server answers every query 404). The CLI exits 1."""
+    failed = {p.signal for p in snapshot.problems if p.group is None and p.kind in ("unreachable", "http_error")}
+    return failed >= set(SIGNAL_NAMES)
 
 
 # ------------------------------------------------------------------------------ range queries

@@ -184,12 +184,19 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         if not str(k).lstrip("-").isdigit():
             raise r.fail(f"memory.demand_by_slot.{k}", "a slot is a whole number (epoch seconds // 300)")
         by_slot[int(k)] = required_number(v, f"memory.demand_by_slot.{k}")
-    def pairs(key: str, what: str) -> tuple[tuple[int, float], ...]:
+    def signed_number(value: Any, where: str) -> float:
+        number = r.number(value, where)
+        if number is None:
+            raise r.fail(where, "null is not a number")
+        return number
+
+    def pairs(key: str, what: str, *, signed: bool = False) -> tuple[tuple[int, float], ...]:
         out = []
+        read = signed_number if signed else required_number
         for i, v in enumerate(items(key)):
             if not isinstance(v, list) or len(v) != 2 or not isinstance(v[0], int) or isinstance(v[0], bool):
                 raise r.fail(f"memory.{key}[{i}]", f"{v!r} is not [{what}]")
-            out.append((v[0], required_number(v[1], f"memory.{key}[{i}][1]")))
+            out.append((v[0], read(v[1], f"memory.{key}[{i}][1]")))
         return tuple(out)
 
     def numbers(key: str, n: int) -> tuple[float, ...] | None:
@@ -213,7 +220,8 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
             raise r.fail("memory.budget_burn", f"{burn!r} is not [misses, arrivals, time]")
         burn = (required_number(burn[0], "memory.budget_burn[0]"), required_number(burn[1], "memory.budget_burn[1]"),
                 r.time(burn[2], "memory.budget_burn[2]"))
-    rise_log = pairs("rise_log", "minute index, rise")
+    # A rise is signed: demand that fell over the lead time is a negative rise (core/risk.py's _z).
+    rise_log = pairs("rise_log", "minute index, rise", signed=True)
     skill = numbers("seasonal_skill", 2)
     memory = Memory(
         minute_now=minute_now,

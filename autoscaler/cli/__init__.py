@@ -60,7 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _verbose_everywhere(sub)
     return parser
+
+
+def _verbose_everywhere(sub: argparse._SubParsersAction) -> None:
+    """``-v`` after the subcommand too (``autoscaler run -v``, as people type it): the same count.
+    SUPPRESS as the default, so a subcommand without it keeps what was given before it."""
+    for command in dict.fromkeys(sub.choices.values()):
+        command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                             help="more log output on stderr (-v: info, -vv: debug)")
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _verbose_everywhere(action)
 
 
 def run(args: argparse.Namespace) -> int:

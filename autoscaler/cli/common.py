@@ -60,16 +60,27 @@ def check_range(start: float | None, end: float | None) -> None:
 LEDGER_SOURCES = ("live", "advisory", "simulation", "all")
 
 
-def check_output(flag: str, path: str | None) -> None:
+def check_output(flag: str, path: str | None, *, ledger_url: str | None = None) -> None:
     """An output path must be writable before any work starts (bad input, exit 2, if it is not).
 
     Tried for real, not guessed from permission bits (root passes those): an existing file is
-    opened for writing without truncating it; a new one is created and removed again."""
+    opened for writing without truncating it; a new one is created and removed again.
+
+    An output never goes onto a database: not onto the ledger (``ledger_url``, by default the
+    ledger the settings name), its ``-wal``/``-shm``/``-journal``/``.lock`` companions, or any
+    existing SQLite database. Writing a report over a running controller's ledger destroyed it
+    while the controller carried on, healthy to all appearances."""
     if not path:
         return
     target = Path(path)
     if target.is_dir():
         raise BadInput(f"{flag}: {path} is a directory, not a file")
+    _refuse_database(flag, path, ledger_url)
+    _check_writable(flag, path)
+
+
+def _check_writable(flag: str, path: str) -> None:
+    target = Path(path)
     try:
         if target.exists():
             with open(target, "r+b"):
@@ -80,6 +91,55 @@ def check_output(flag: str, path: str | None) -> None:
             os.unlink(target)
     except OSError as exc:
         raise BadInput(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal", ".lock")
+
+
+def is_sqlite_file(path: str | Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _refuse_database(flag: str, path: str, ledger_url: str | None) -> None:
+    from autoscaler.settings import load_settings, redact_url
+
+    target = Path(path).resolve()
+    if ledger_url is None:
+        try:
+            ledger_url = load_settings(uses=()).database_url
+        except BadInput:  # an unreadable AUTOSCALER_DATABASE_URL_FILE is the database commands' to report
+            ledger_url = None
+    ledger = sqlite_file(ledger_url) if ledger_url else None
+    if ledger is not None:
+        ledger_path = Path(ledger).resolve()
+        for suffix in ("", *SQLITE_COMPANIONS):
+            if target == Path(str(ledger_path) + suffix):
+                what = "the ledger database" if not suffix else f"the ledger's {suffix.lstrip('-.')} file"
+                raise BadInput(f"{flag}: {path} is {what} ({redact_url(ledger_url or '')}); refusing to write over it")
+    if is_sqlite_file(target):
+        raise BadInput(f"{flag}: {path} is a SQLite database; refusing to write over it (name a new file)")
+    for suffix in SQLITE_COMPANIONS:
+        if str(target).endswith(suffix) and is_sqlite_file(str(target)[: -len(suffix)]):
+            raise BadInput(f"{flag}: {path} belongs to the SQLite database {str(target)[: -len(suffix)]}; "
+                           "refusing to write over it")
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL (``sqlite:///x.db``), or None (another database, in memory, a URI form)."""
+    if not url.startswith("sqlite") or "://" not in url:
+        return None
+    rest = url.split("://", 1)[1]
+    if not rest.startswith("/"):
+        return None
+    path = rest[1:].split("?", 1)[0]
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return None
+    return path
 
 
 def check_seed(seed: int) -> None:
@@ -94,8 +154,9 @@ def check_db_output(flag: str, url: str | None) -> None:
         return
     from autoscaler.settings import load_settings
 
-    load_settings(db=url)  # the URL's form (BadInput naming the flag)
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:") and "?" not in url:
-        path = url[len("sqlite:///"):]
-        if path and not path.startswith("file:"):
-            check_output(flag, path)
+    load_settings(db=url, uses=("database",))  # the URL's form (BadInput naming the flag)
+    path = sqlite_file(url)
+    if path is not None:
+        if Path(path).is_dir():
+            raise BadInput(f"{flag}: {path} is a directory, not a file")
+        _check_writable(flag, path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from autoscaler.cli.common import print_json
+from autoscaler.cli.common import check_db_output, print_json
 from autoscaler.errors import BadInput
 
 
@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"--minutes: {args.minutes:g} is outside 1..600")
     if args.db is not None and not args.db.startswith("sqlite:///"):
         raise BadInput(f"--db: the demo records into a SQLite ledger (sqlite:///FILE), not {args.db.split(':', 1)[0]}")
+    if args.db is not None:
+        check_db_output("--db", args.db)
     from autoscaler.demo.app import run_demo
 
     summary = run_demo(minutes=args.minutes, db=args.db, json_out=args.json)

@@ -44,7 +44,7 @@ def _compact(args: argparse.Namespace) -> int:
         raise BadInput(f"--source: {args.source!r} is not one of {', '.join(LEDGER_SOURCES)}")
     if not args.older_than_days >= 0 or args.older_than_days == float("inf"):
         raise BadInput(f"--older-than-days: {args.older_than_days} must be a number of days, 0 or more")
-    settings = load_settings(db=args.db)
+    settings = load_settings(db=args.db, uses=("database",))
     from autoscaler.ledger.store import Ledger
 
     with Ledger(settings.database_url, create=False, flag=settings.database_url_from) as ledger:
@@ -59,7 +59,7 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    settings = load_settings(db=args.db)
+    settings = load_settings(db=args.db, uses=("database",))
     from autoscaler.ledger.schema import code_head
     from autoscaler.ledger.store import Ledger
 

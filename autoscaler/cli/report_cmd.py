@@ -36,6 +36,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
+# Rows a report may have: 27 years by day, 190 by week. From 0001-01-01 by day was 739,000 rows and
+# more than a minute of work before the first line; a range that long is a typing slip, not a question.
+MAX_PERIODS = 10_000
+_PERIOD_S = {"day": 86_400, "week": 7 * 86_400, "month": 28 * 86_400}  # the shortest of each: an upper count
+
+
+def _check_periods(start: float, end: float, by: str, now: float) -> None:
+    """Bad input, before the ledger is opened, for a range of more than MAX_PERIODS rows up to now
+    (periods after now have no rows: a report to 9999-12-31 stops at now)."""
+    def rows(per: str) -> int:
+        return int((min(end, now) - start) // _PERIOD_S[per]) + 1
+
+    count = rows(by)
+    if count > MAX_PERIODS:
+        fits = [per for per in BY[BY.index(by) + 1:] if rows(per) <= MAX_PERIODS]
+        coarser = f" or --by {fits[0]}" if fits else ""
+        raise BadInput(f"--from: about {count:,} {by}s up to now is more than {MAX_PERIODS:,} rows; "
+                       f"narrow --from/--to{coarser}")
+
+
 def _run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
     from autoscaler.ledger.report import build_report, empty_message, parse_when, render, zone
@@ -53,8 +73,10 @@ def _run(args: argparse.Namespace) -> int:
         raise BadInput("--from and --to are required (or name one run with --run)")
     if start is not None and end is not None and end <= start:
         raise BadInput("--to must be after --from")
-    check_output("--output", args.output)
-    settings = load_settings(db=args.db)
+    if start is not None and end is not None:
+        _check_periods(start, end, args.by, time.time())
+    settings = load_settings(db=args.db, uses=("database",))
+    check_output("--output", args.output, ledger_url=settings.database_url)
     now = time.time()
     # A read: the database is opened read-only and never created or migrated.
     with Ledger(settings.database_url, read_only=True, flag=settings.database_url_from) as ledger:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
 from autoscaler.errors import BadInput
 from autoscaler.policy.loader import load_policy
-from autoscaler.settings import load_settings
+from autoscaler.settings import is_memory_database, load_settings, status_token
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "at the next start). Only one instance acts: on PostgreSQL a lease in the database elects a leader "
         "(standbys take over within 30 s of its death); on SQLite a second instance exits 1. Serves "
         "/healthz, /metrics and /status on --listen. The policy file is re-read when it changes; an invalid "
-        "edit is rejected and the last good policy keeps running. Secrets: AUTOSCALER_GATEWAY_API_KEY "
-        "(or AUTOSCALER_GATEWAY_API_KEY_FILE), AUTOSCALER_STATUS_TOKEN.",
+        "edit is rejected and the last good policy keeps running. Secrets, each also as a file named by "
+        "NAME_FILE: AUTOSCALER_GATEWAY_API_KEY, AUTOSCALER_STATUS_TOKEN, AUTOSCALER_DATABASE_URL (a URL with a "
+        "password). Children (workers, site commands) never inherit them.",
     )
     parser.add_argument("--policy", required=True, metavar="FILE", help="the policy YAML file")
     parser.add_argument("--db", metavar="URL",
@@ -49,10 +49,14 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_policy(args.policy)
     settings = load_settings(prometheus=args.prometheus, gateway=args.gateway, db=args.db, listen=args.listen)
     _check_listen(settings.listen)
+    if is_memory_database(settings.database_url):
+        # The records are the controller's memory across restarts and the finance report's source.
+        raise BadInput(f"{settings.database_url_from}: {settings.database_url!r} is an in-memory database: a "
+                       "long-lived controller's records would vanish when it exits; give a file "
+                       "(sqlite:///autoscaler.db) or a PostgreSQL URL")
     if not args.verbose:
         logging.getLogger("autoscaler").setLevel(logging.INFO)
     from autoscaler.service.runner import Service
 
-    service = Service(settings, loaded, signals_mode=args.signals,
-                      status_token=os.environ.get("AUTOSCALER_STATUS_TOKEN") or None)
+    service = Service(settings, loaded, signals_mode=args.signals, status_token=status_token())
     return service.run(once=args.once)

@@ -1,8 +1,8 @@
 """``autoscaler signals``: the load signals Prometheus reports now, and every problem with them.
 
 Exit 0 with a snapshot even when it has problems (they are the output); exit 1 when Prometheus
-is unreachable (the snapshot is still printed, its problems say so); exit 2 for a bad policy or
-flags. ``--json`` prints exactly one object:
+is unreachable or answers no query at all, e.g. a plain web server (the snapshot is still printed,
+its problems say so); exit 2 for a bad policy or flags. ``--json`` prints exactly one object:
 ``{"at", "groups": {NAME: {signal: value}}, "fleet": {signal: value}, "problems": [...]}``.
 """
 
@@ -26,8 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="show the current load signals from Prometheus and their problems",
         description="Query Prometheus once with the policy's signal queries and print the snapshot: "
         "one value per group and signal, fleet totals, and every problem (unreachable, http_error, "
-        "empty, multiple_series, not_a_number, stale, absent). Exit 0 even with problems; "
-        "1 when Prometheus is unreachable; 2 for a bad policy or flags.",
+        "empty, multiple_series, not_a_number, stale, absent, out_of_range). Exit 0 even with problems; "
+        "1 when Prometheus is unreachable or answers no query (not a Prometheus); 2 for a bad policy or flags.",
     )
     parser.add_argument("--policy", required=True, metavar="FILE", help="the policy YAML file")
     parser.add_argument(
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
-    from autoscaler.adapters.prometheus import is_unreachable, plan_queries, read_signals
+    from autoscaler.adapters.prometheus import answered_nothing, is_unreachable, plan_queries, read_signals
     loaded = load_policy(args.policy)
     policy = loaded.policy
     if args.show_queries:
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         unknown = sorted(set(expected) - set(policy.fleet.group_names()))
         if unknown:
             raise BadInput(f"--expected-groups: {unknown[0]!r} is not a group of {loaded.path}")
-    settings = load_settings(prometheus=args.prometheus)
+    settings = load_settings(prometheus=args.prometheus, uses=("prometheus",))
     snapshot = read_signals(policy, settings.prometheus_url, expected_groups=expected)
     if args.json:
         print_json(snapshot.to_dict())
@@ -76,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
         print_table(snapshot, settings.prometheus_url, sys.stdout)
     if is_unreachable(snapshot):
         print(f"prometheus at {settings.prometheus_url} is unreachable", file=sys.stderr)
+        return 1
+    if answered_nothing(snapshot):
+        first = next(p for p in snapshot.problems if p.kind == "http_error")
+        print(f"prometheus at {settings.prometheus_url} answered no query: {first.detail}", file=sys.stderr)
         return 1
     return 0
 

@@ -6,11 +6,13 @@ import argparse
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from autoscaler.adapters.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepare_prometheus_trace
 from autoscaler.cli.common import check_db_output, check_output, check_seed, print_json, time_arg
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
+from autoscaler.settings import check_http_url
 from autoscaler.sim.backtest import HPA_DEFAULT_TARGET, backtest, prepare_trace, results_json
 from autoscaler.sim.timeline import check_plot_path, minute_rows, write_plot, write_timeline
 
@@ -79,6 +81,7 @@ def _check_source(args: argparse.Namespace) -> None:
     if not args.trace and not args.from_prometheus:
         raise BadInput("simulate: give --trace PATH or --from-prometheus URL (with --from and --to)")
     if args.from_prometheus:
+        args.from_prometheus = check_http_url("--from-prometheus", args.from_prometheus)
         for flag, value in (("--from", args.from_), ("--to", args.to)):
             if value is None:
                 raise BadInput(f"simulate --from-prometheus: {flag} T is required (ISO 8601, UTC without a zone)")
@@ -107,8 +110,10 @@ def _run(args: argparse.Namespace) -> int:
     check_db_output("--db", args.db)
     if args.plot:
         check_plot_path(args.plot)
-    check_output("--plot", args.plot)
-    check_output("--timeline-out", args.timeline_out)
+    check_output("--plot", args.plot, ledger_url=args.db)
+    check_output("--timeline-out", args.timeline_out, ledger_url=args.db)
+    if args.plot and args.timeline_out and Path(args.plot).resolve() == Path(args.timeline_out).resolve():
+        raise BadInput(f"--plot and --timeline-out: both are {args.plot}; give two files")
     loaded = load_policy(args.policy)
     policy = loaded.policy
     started = time.perf_counter()

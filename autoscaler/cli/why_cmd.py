@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     if ranged and (args.start is None or args.end is None):
         raise BadInput("a range needs both --from and --to")
     check_range(args.start, args.end)
-    settings = load_settings(db=args.db)
+    settings = load_settings(db=args.db, uses=("database",))
     # A read: the database is opened read-only and never created or migrated.
     with Ledger(settings.database_url, read_only=True, flag=settings.database_url_from) as ledger:
         if args.at is not None:

@@ -68,7 +68,33 @@ class Phase(StrEnum):
 
 
 # Problem kinds, as docs/interfaces.md names them.
-PROBLEM_KINDS = ("unreachable", "http_error", "empty", "multiple_series", "not_a_number", "stale", "absent")
+PROBLEM_KINDS = ("unreachable", "http_error", "empty", "multiple_series", "not_a_number", "stale", "absent",
+                 "out_of_range")
+
+# What a reading can physically be (docs/signals.md, "out_of_range"). KV use is a share of the
+# cache; a group runs a handful of requests (6 on the reference fleet), so a million running,
+# queued or arriving per second is no fleet at all; a latency beyond a day is a broken histogram.
+# Prometheus answering 1e308 for KV use was taken as a reading: it is a problem, not a value.
+SIGNAL_RANGES: Mapping[str, tuple[float, float]] = {
+    "running": (0.0, 1e6),
+    "queued": (0.0, 1e6),
+    "kv_usage": (0.0, 1.0),
+    "request_rate": (0.0, 1e6),
+    "ttft_p99_s": (0.0, 86_400.0),
+    "queue_wait_p99_s": (0.0, 86_400.0),
+}
+
+
+def out_of_range(signal: str, value: float) -> str | None:
+    """The detail of an ``out_of_range`` problem for a finite reading outside its physical range, else None."""
+    low, high = SIGNAL_RANGES.get(signal, (float("-inf"), float("inf")))
+    if value < low:
+        return f"value {value:g} is below {low:g}, which {signal} cannot be"
+    if value > high:
+        return f"value {value:g} is above {high:g}, which {signal} cannot be"
+    return None
+
+
 _PROBLEM_REASON = {
     "unreachable": Reason.SIGNAL_UNAVAILABLE,
     "http_error": Reason.SIGNAL_UNAVAILABLE,
@@ -77,6 +103,7 @@ _PROBLEM_REASON = {
     "stale": Reason.SIGNAL_STALE,
     "not_a_number": Reason.SIGNAL_INVALID,
     "multiple_series": Reason.SIGNAL_INVALID,
+    "out_of_range": Reason.SIGNAL_INVALID,
 }
 
 

@@ -356,8 +356,9 @@ def run_load_command(args) -> dict:
     request_timeout = args.request_timeout_s if args.request_timeout_s is not None else 120.0
     if not request_timeout > 0:
         raise BadInput(f"--request-timeout-s: must be above 0, got {request_timeout}")
-    if not args.target.startswith(("http://", "https://")):
-        raise BadInput(f"--target: {args.target!r} is not an http:// URL")
+    from autoscaler.settings import check_http_url
+
+    args.target = check_http_url("--target", args.target, "http://127.0.0.1:30000")
     from autoscaler.cli.common import check_output
 
     check_output("--outcomes", args.outcomes)  # before any work or request

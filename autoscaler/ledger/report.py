@@ -77,8 +77,11 @@ def buckets(start: Fraction, end: Fraction, by: str, tz: ZoneInfo) -> list[tuple
     return [(lo, hi) for lo, hi, _, _ in periods(start, end, by, tz)]
 
 
-def periods(start: Fraction, end: Fraction, by: str, tz: ZoneInfo) -> list[tuple[Fraction, Fraction, Fraction, Fraction]]:
-    """Like ``buckets``, with each piece's whole calendar period: (lo, hi, period start, period end)."""
+def periods(start: Fraction, end: Fraction, by: str, tz: ZoneInfo,
+            stop: Fraction | None = None) -> list[tuple[Fraction, Fraction, Fraction, Fraction]]:
+    """Like ``buckets``, with each piece's whole calendar period: (lo, hi, period start, period end).
+    ``stop``: no period starting at or after it (a report's rows end at now, whatever ``end`` says:
+    a range to 9999-12-31 must not build the periods of eight thousand years)."""
     if by not in BY:
         raise BadInput(f"--by: {by!r} is not one of {', '.join(BY)}")
     d = datetime.fromtimestamp(float(start), tz).date()
@@ -88,7 +91,7 @@ def periods(start: Fraction, end: Fraction, by: str, tz: ZoneInfo) -> list[tuple
         d = d.replace(day=1)
     out = []
     edge = _local_midnight(d, tz)
-    while edge < end:
+    while edge < end and (stop is None or edge < stop):
         if by == "day":
             d += timedelta(days=1)
         elif by == "week":
@@ -197,6 +200,25 @@ def refuse_overlaps(runs: list[RunInfo], start: float, end: float, now: float, t
     )
 
 
+def _policies_within(policies: list, lo: Fraction, hi: Fraction, now: Fraction) -> list:
+    """The policy versions of a run in force at some moment of [lo, hi)."""
+    return [p for p in policies if moment(p.start) < hi and (now if p.end is None else moment(p.end)) > lo]
+
+
+def _currency_advice(data: PeriodData, lo: Fraction, hi: Fraction, now: Fraction, tz: ZoneInfo) -> str:
+    """How to report a range whose policies use two currencies: apart by run, or, when one run changed
+    currency (a live edit of cost.currency, refused since; ledgers from before may hold one), on either
+    side of the change, which --run cannot split."""
+    for run in data.runs:
+        inside = sorted(_policies_within(data.policies.get(run.id, []), lo, hi, now), key=lambda p: p.start)
+        for before, after in zip(inside, inside[1:]):
+            if before.cost["currency"] != after.cost["currency"]:
+                at = local_iso(moment(after.start), tz)
+                return (f"run {run.id} changed from {before.cost['currency']} to {after.cost['currency']} at {at}: "
+                        f"report up to it (--to {at}) and from it (--from {at}) apart")
+    return "report them apart with --run"
+
+
 def build_report(
     data: PeriodData, start: float, end: float, *, by: str, tz: ZoneInfo, source: str, now: float,
     run_id: int | None = None, other_sources: dict[str, list[int]] | None = None,
@@ -208,7 +230,9 @@ def build_report(
     fixed_monthly: dict[tuple[str, Decimal], None] = {}
     ceiling = 0
     for run in data.runs:
-        for p in data.policies.get(run.id, []):
+        # Only the policies in force within the range: an hour before a currency edit stays reportable
+        # in its own currency, whatever the run did later (a live edit, or one reverted since).
+        for p in _policies_within(data.policies.get(run.id, []), lo_all, min(hi_all, now_f), now_f):
             currencies.setdefault(p.cost["currency"], []).append(run.id)
             prices, size = Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet)
             monthly = prices.fixed_monthly_per_node * size.nodes + prices.fixed_monthly_fleet
@@ -216,9 +240,10 @@ def build_report(
             ceiling = max(ceiling, size.ceiling_nodes)
     if len(currencies) > 1:
         which = "; ".join(f"{c}: runs {', '.join(map(str, sorted(set(ids))))}" for c, ids in currencies.items())
-        raise BadInput(f"the runs in this period use different currencies ({which}); report them apart with --run")
+        raise BadInput(f"the runs in this period use different currencies ({which}); "
+                       + _currency_advice(data, lo_all, min(hi_all, now_f), now_f, tz))
     rows: list[Row] = []
-    for b0, b1, p0, p1 in periods(lo_all, hi_all, by, tz):
+    for b0, b1, p0, p1 in periods(lo_all, hi_all, by, tz, stop=now_f):
         if b0 >= now_f:
             break
         row = Row(b0, b1, Figures(), period_start=p0, period_end=p1)

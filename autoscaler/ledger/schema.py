@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 from autoscaler.errors import BadInput, RuntimeFailure
-from autoscaler.settings import redact_url
+from autoscaler.settings import check_database_url, redact_url
 
 log = logging.getLogger("autoscaler.ledger")
 
@@ -81,9 +81,10 @@ def make_engine(url: str, *, read_only: bool = False, flag: str = "--db") -> Eng
 
     ``read_only``: SQLite opens the file with ``mode=ro`` and changes no setting in it (no WAL
     switch), PostgreSQL runs read-only transactions: a read command cannot change the database."""
+    check_database_url(flag, url)  # what make_url would misread or raise a traceback for
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         raise BadInput(f"{flag}: {redact_url(url)!r} is not a database URL (e.g. sqlite:///autoscaler.db)") from None
     backend = parsed.get_backend_name()
     if parsed.drivername == "postgresql":

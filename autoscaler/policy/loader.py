@@ -7,6 +7,7 @@ Error lines are ``FILE: field.path: message`` for a rule that failed, and
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,9 +74,27 @@ def format_validation_errors(source: str, exc: ValidationError) -> list[str]:
             lines.append(f"{source}: {path}: required field is missing")
         elif kind == "value_error":
             lines.append(f"{source}: {path}: {text}")
+        elif (hint := _exponent_hint(err.get("input"))) is not None:
+            lines.append(f"{source}: {path}: {hint}")
         else:
             lines.append(f"{source}: {path}: {_short(err.get('input'))}: {msg}")
     return lines
+
+
+# What YAML 1.1 (PyYAML) reads as text although it looks like a number: an exponent without a dot
+# or without a sign (6e2, 1.0e12, 5E-3). The strict models then say "a valid number" about "6e2".
+_EXPONENT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _exponent_hint(value: Any) -> str | None:
+    if not isinstance(value, str) or not _EXPONENT_TEXT.match(value.strip()):
+        return None
+    number = float(value)
+    if number.is_integer() and abs(number) < 1e16:
+        plain = f"{int(number)} or {int(number)}.0"
+    else:
+        plain = f"{number!r}"
+    return f"{value!r} is text to YAML, not a number (it reads an exponent only as in 6.0e+2); write {plain}"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -140,6 +159,23 @@ def load_policy(path: str | Path) -> LoadedPolicy:
     path = str(path)
     text = read_text_file(path)
     return LoadedPolicy(parse_policy(text, path), path, text)
+
+
+def live_edit_problems(running: Policy, edited: Policy, source: str) -> list[str]:
+    """What a valid policy edit may not change while the controller runs, as error lines in the
+    style of an invalid policy (``FILE: field: message``); empty when the edit may be loaded.
+
+    ``cost.currency``: a run's costs are in one currency. One live edit of it made every report of
+    the run fail for good (the two currencies within one run cannot be told apart by ``--run``).
+    A restart starts a new run, which may use another currency: reports then name the runs."""
+    problems = []
+    if edited.cost.currency != running.cost.currency:
+        problems.append(
+            f"{source}: cost.currency: {edited.cost.currency!r} differs from the running policy's "
+            f"{running.cost.currency!r}: a run's costs are in one currency, so it is not changed live; "
+            "restart the controller to change it (the new run records in the new currency)"
+        )
+    return problems
 
 
 def policy_to_dict(policy: Policy) -> dict[str, Any]:

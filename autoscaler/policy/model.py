@@ -44,9 +44,51 @@ class StrictModel(BaseModel):
 
 
 # --------------------------------------------------------------------------------------- fleet
+# A host name (RFC 1123 labels; "_" too, as /etc/hosts allows it) or an IP address, nothing else: the
+# address goes into the command actuator's argv ({node.address}, {group.worker_url}), where a leading
+# "-" is an option to ssh ("-oProxyCommand=...") and "$", ";", a space or a quote mean something to
+# any shell a site script hands it to.
+_HOST_LABEL = r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"
+_HOSTNAME = re.compile(rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*\.?$")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is not a host name or an IP address (None when it is one)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    if len(host) > 253 or not _HOSTNAME.match(host):
+        odd = next((c for c in host if not (c.isascii() and (c.isalnum() or c in "._-"))), None)
+        if host.startswith("-"):
+            why = "starts with '-' (an option to ssh and most commands)"
+        elif odd is not None:
+            why = f"holds {odd!r}"
+        else:
+            why = "is not a host name (labels of letters, digits, '-' and '_', at most 63 long, not starting or " \
+                  "ending with '-')"
+        return f"{host!r} {why}: a host name or an IP address only"
+    return None
+
+
 class Node(StrictModel):
     name: str = Field(pattern=_NAME, description="The node's name, unique in the fleet (e.g. spark-1).")
-    address: str = Field(min_length=1, description="The node's host name or IP address, unique in the fleet.")
+    address: str = Field(
+        min_length=1,
+        description="The node's host name or IP address, unique in the fleet; nothing else (no user@, no "
+        "port, no leading '-', space or shell character): it is passed to the actuator's commands.",
+    )
+
+    @field_validator("address")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        problem = host_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class Group(StrictModel):
@@ -60,12 +102,22 @@ class Group(StrictModel):
     @field_validator("worker_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None:
+        try:
+            parts = urlsplit(value)
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"{value!r} must be http(s)://host:port (a port from 1 to 65535)") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
             raise ValueError(f"{value!r} must be http(s)://host:port")
         if parts.path not in ("",) or parts.query or parts.fragment:
             # A trailing slash makes the gateway probe //health and retry for 30 minutes.
             raise ValueError(f"{value!r} must have no path, query or trailing slash")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(f"{value!r} must have no user or password")
+        host = parts.netloc.rsplit(":", 1)[0]  # as written: [::1] stays bracketed, case kept
+        problem = host_problem(host[1:-1] if host.startswith("[") else host)
+        if problem:
+            raise ValueError(f"the host of {value!r}: {problem}")
         return value
 
     @property
@@ -178,7 +230,10 @@ class ScaleDown(StrictModel):
 
 
 class Scaling(StrictModel):
-    tick_interval_s: PosFloat = Field(15, description="How often the controller decides (seconds).")
+    tick_interval_s: PosFloat = Field(
+        15, le=300, description="How often the controller decides (seconds; at most 300: a longer tick leaves "
+        "a load change unanswered, and a bad edit of it in force, for that long).",
+    )
     target_utilization: Fraction = Field(
         1.0,
         description="Share of a group's request slots the fleet aims to fill (running+queued / slots) before "
@@ -253,7 +308,16 @@ class ScheduleWindow(Weekly):
 class Pin(StrictModel):
     groups: Int = Field(ge=1, description="Hold exactly this many groups (within the fleet's floor and ceiling).")
     until: datetime = Field(description="The pin expires at this time (ISO 8601; without a zone, UTC).")
-    note: str = Field("", description="Why the pin was set; shown in decisions.")
+    note: str = Field("", description="Why the pin was set; shown in decisions (one line).")
+
+    @field_validator("note")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        # The note goes into decision details and the one log line per decision.
+        bad = next((c for c in value if ord(c) < 32 or ord(c) == 127 or c in "\x85\u2028\u2029"), None)
+        if bad is not None:
+            raise ValueError(f"holds a line break or control character ({bad!r}); write one line")
+        return value
 
     @field_validator("until")
     @classmethod
@@ -351,9 +415,9 @@ class Signals(StrictModel):
     group_label: str = Field(
         "instance", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$", description="Label whose value maps a series to a group."
     )
-    window_s: Int = Field(60, ge=5, description="Range of rate() and histogram windows (seconds).")
-    staleness_s: PosFloat = Field(60, description="A sample older than this is stale (seconds).")
-    timeout_s: PosFloat = Field(3, description="Most time one Prometheus query may take (seconds).")
+    window_s: Int = Field(60, ge=5, le=3600, description="Range of rate() and histogram windows (seconds, 5 to 3600).")
+    staleness_s: PosFloat = Field(60, le=3600, description="A sample older than this is stale (seconds, at most 3600).")
+    timeout_s: PosFloat = Field(3, le=60, description="Most time one Prometheus query may take (seconds, at most 60).")
     queries: dict[str, str] = Field(
         default_factory=_default_queries,
         description="PromQL per signal; {prefix}, {window}, {quantile} and {label} are filled in.",
@@ -395,7 +459,9 @@ class Drain(StrictModel):
     on_timeout: OnDrainTimeout = Field(
         OnDrainTimeout.STOP, description="At the timeout: 'stop' (cut and count what is left) or 'keep_serving'."
     )
-    poll_interval_s: PosFloat = Field(2, description="How often the drain reads the worker's running+queued.")
+    poll_interval_s: PosFloat = Field(
+        2, le=60, description="How often the drain reads the worker's running+queued (seconds, at most 60)."
+    )
     settle_s: NonNegFloat = Field(
         2, description="A drain completes only on a worker reading taken at least this long after the gateway "
         "removal, so requests in transit when the DELETE lands are counted (seconds).",

@@ -6,13 +6,51 @@ one process never share counters.
 
 from __future__ import annotations
 
+import math
+import threading
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from autoscaler.core.types import PROBLEM_KINDS
 
 disable_created_metrics()  # no *_created series: they double every counter's series for no use here
 
 PHASES = ("off", "starting", "ready", "draining", "stopping", "failed")
-SIGNAL_KINDS = ("unreachable", "http_error", "empty", "multiple_series", "not_a_number", "stale", "absent")
+SIGNAL_KINDS = PROBLEM_KINDS
+
+
+class OptionalGauge:
+    """A gauge without labels that is absent while its value is unknown: ``set(None)`` or a NaN removes
+    the sample (docs/metrics.md: "absent when unknown"). A NaN sample reads as a value in PromQL
+    (``autoscaler_slo_ttft_seconds > 3`` is false, ``absent(...)`` is false), so an unknown TTFT
+    would pass every alert written for a missing one."""
+
+    def __init__(self, name: str, documentation: str, *, registry: CollectorRegistry) -> None:
+        self.name, self.documentation = name, documentation
+        self._value: float | None = None
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def set(self, value: float | None) -> None:
+        with self._lock:
+            self._value = None if value is None or not math.isfinite(value) else float(value)
+
+    def get(self) -> float | None:
+        with self._lock:
+            return self._value
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.documentation)
+        value = self.get()
+        if value is not None:
+            family.add_metric([], value)
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.name, self.documentation)
 
 
 class ServiceMetrics:
@@ -60,7 +98,8 @@ class ServiceMetrics:
         self.node_hours = Gauge("autoscaler_node_hours_total", "Node-hours of this run so far.", registry=r)
         self.fleet_requests = Gauge("autoscaler_fleet_requests", "The fleet's requests from the last signal read.",
                                     ["kind"], registry=r)
-        self.slo_ttft = Gauge("autoscaler_slo_ttft_seconds", "The fleet's TTFT at the policy percentile.", registry=r)
+        self.slo_ttft = OptionalGauge("autoscaler_slo_ttft_seconds", "The fleet's TTFT at the policy percentile.",
+                                      registry=r)
         self.slo_target = Gauge("autoscaler_slo_ttft_target_seconds", "slo.ttft_target_s.", registry=r)
         self.paused = Gauge("autoscaler_paused", "1 while an operator pause is in force.", registry=r)
         self.info = Gauge("autoscaler_info", "Which instance this is.", ["instance", "version", "policy_sha256"],

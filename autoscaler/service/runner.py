@@ -150,6 +150,7 @@ class Service:
         self._lease_stop = threading.Event()
         self.fence = Fence(leading=self.leadership.leading, instance=self.instance, cut=self._cut)
         self.reload_refused: str | None = None
+        self.last_tick_ok: bool | None = None  # --once exits 1 when its tick failed
         self._interrupted_seen = 0
         self._tick_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
@@ -290,11 +291,12 @@ class Service:
             self._reload_policy()
             controller = self.controller
             assert controller is not None  # _lead() built it
-            controller.tick()
+            self.last_tick_ok = controller.tick() is not None
             self._observe(controller)
             self.last_tick_at = self.clock()
             self.metrics.last_tick.set(self.last_tick_at)
         except Exception:  # noqa: BLE001 - the scheduler loop is the one place that catches broadly
+            self.last_tick_ok = False
             log.exception("tick failed; the next tick tries again")
         finally:
             self.metrics.tick_duration.observe(time.monotonic() - t0)
@@ -366,6 +368,11 @@ class Service:
         change of ``actuator.kind`` would leave the fleet's groups without the hands that started
         them; dropping a group that is not off would leave it running, charged and invisible."""
         old = c.policy
+        from autoscaler.policy.loader import live_edit_problems
+
+        problems = live_edit_problems(old, new, c.loaded.path)
+        if problems:  # cost.currency: a run's costs are in one currency
+            return problems[0]
         if new.actuator.kind is not old.actuator.kind:
             return (f"actuator.kind: {old.actuator.kind.value} -> {new.actuator.kind.value} is not applied while "
                     f"running (the {old.actuator.kind.value} actuator keeps acting); restart the controller to "
@@ -417,7 +424,7 @@ class Service:
                 m.signal_errors.labels(p.signal, p.kind).inc()
             m.set_optional(m.fleet_requests, snap.fleet.running, "running")
             m.set_optional(m.fleet_requests, snap.fleet.queued, "queued")
-            m.slo_ttft.set(float("nan") if snap.fleet.ttft_p99_s is None else snap.fleet.ttft_p99_s)
+            m.slo_ttft.set(float("nan") if snap.fleet.ttft_p99_s is None else snap.fleet.ttft_p99_s)  # NaN: absent
         now = self.clock()
         if now - self._compacted_at >= COMPACT_EVERY_S:
             self._compacted_at = now
@@ -555,6 +562,8 @@ class Service:
                 raise RuntimeFailure(f"not the leader: the lease is held by {state.holder if state else 'another instance'}")
             self.tick()
             self.shutdown("--once")
+            if not self.last_tick_ok:
+                raise RuntimeFailure("--once: the tick failed (records unavailable or an error: see the log above)")
             return 0
         self.serve_http()
         interval = self.loaded.policy.scaling.tick_interval_s

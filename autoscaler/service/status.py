@@ -7,7 +7,9 @@ Keys: ``instance``, ``leader``, ``epoch``, ``paused``, ``policy`` ({path, hash, 
 error}: the ``controller_state`` row ``policy`` the service writes), ``groups`` ({NAME: {phase,
 since, cordoned}} from ``fleet_groups``; cordoned also while an operator's cordon is in force and
 not yet applied), ``pin`` (the operator's pin in force: {groups, until, by, reason}; else the
-policy's own pin as the service recorded it in ``policy.pin``; else null), ``last_decision`` (the
+policy's own pin as the service recorded it in ``policy.pin``; else null; with ``effective_groups``
+and ``clamped``: the pin the core holds within the running policy's floor and ceiling, and why it
+differs), ``last_decision`` (the
 newest decision of a live or advisory run).
 
 ``leader`` is true only while the lease is unexpired by the database's clock (PostgreSQL), or
@@ -24,7 +26,7 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection, Engine
 
 from autoscaler.core.types import iso
-from autoscaler.ledger.models import ControllerStateRow, DecisionRow, FleetGroupRow, LeaseRow, Run
+from autoscaler.ledger.models import ControllerStateRow, DecisionRow, FleetGroupRow, LeaseRow, PolicyVersion, Run
 from autoscaler.service.controls import Controls, _controls
 from autoscaler.service.leadership import LEASE_NAME, flock_held, lock_holder, sqlite_path
 
@@ -71,6 +73,8 @@ def _build(conn: Connection, now: float, instance: str | None, leader: bool | No
         pin = {"groups": p.groups, "until": iso(p.until), "by": p.by, "reason": p.reason}
     else:
         pin = _policy_pin(value.get("pin"), now)
+    if pin is not None:
+        pin.update(_pin_in_effect(conn, pin.get("groups"), value.get("hash")))
 
     return {
         "instance": instance if instance is not None else holder,
@@ -82,6 +86,31 @@ def _build(conn: Connection, now: float, instance: str | None, leader: bool | No
         "pin": pin,
         "last_decision": _last_decision(conn),
     }
+
+
+def pin_in_effect(conn: Connection, groups: int) -> dict[str, Any]:
+    """``effective_groups`` and ``clamped`` for a pin of ``groups`` under the policy the controller runs."""
+    row = conn.execute(select(ControllerStateRow.value).where(ControllerStateRow.key == "policy")).first()
+    value = row.value if row is not None and isinstance(row.value, dict) else {}
+    return _pin_in_effect(conn, groups, value.get("hash"))
+
+
+def _pin_in_effect(conn: Connection, groups: Any, policy_hash: Any) -> dict[str, Any]:
+    """``effective_groups`` (what the core holds for the pin: clamped to the running policy's floor and
+    ceiling) and ``clamped`` (why it differs from ``groups``, else null). A pin of 5 with a ceiling of 3
+    holds 3, and /status must not say 5."""
+    out: dict[str, Any] = {"effective_groups": groups, "clamped": None}
+    if not isinstance(groups, int) or not policy_hash:
+        return out
+    fleet = conn.execute(select(PolicyVersion.fleet).where(PolicyVersion.sha256 == policy_hash)).scalar()
+    if not isinstance(fleet, dict):
+        return out
+    floor, ceiling = fleet.get("floor_groups"), fleet.get("ceiling_groups")
+    if isinstance(ceiling, int) and groups > ceiling:
+        out.update(effective_groups=ceiling, clamped=f"above fleet.ceiling_groups ({ceiling}): holds {ceiling}")
+    elif isinstance(floor, int) and groups < floor:
+        out.update(effective_groups=floor, clamped=f"below fleet.floor_groups ({floor}): holds {floor}")
+    return out
 
 
 def _policy_pin(value: Any, now: float) -> dict[str, Any] | None:
@@ -151,7 +180,9 @@ def render_status(status: dict[str, Any]) -> str:
     lines.append(f"paused    {'yes: deciding and recording, acting on nothing' if status.get('paused') else 'no'}")
     pin = status.get("pin")
     if pin:
-        lines.append(f"pin       {pin['groups']} groups until {_short(pin['until'])} by {pin['by']}: {pin['reason']}")
+        clamped = f" (clamped: {pin['clamped']})" if pin.get("clamped") else ""
+        lines.append(f"pin       {pin['groups']} groups{clamped} until {_short(pin['until'])} by {pin['by']}: "
+                     f"{pin['reason']}")
     else:
         lines.append("pin       none")
     policy = status.get("policy") or {}

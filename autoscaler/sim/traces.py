@@ -342,13 +342,19 @@ def _finish(
 
 
 def _rows(reader: Any, display: str, skip: bool, parse: Callable[[list[str]], None]) -> tuple[int, int]:
-    """Feed non-blank csv rows to ``parse``; return (rows read, bad rows)."""
+    """Feed non-blank csv rows to ``parse``; return (rows read, bad rows).
+
+    Only a line with nothing on it (or only spaces) is blank. A row of empty cells (``,,``) is a
+    bad row like any other: it was dropped without a count, so a trace cut into commas by an export
+    looked complete."""
     read = bad = 0
     for row in reader:
-        if not row or (not row[0].strip() and all(not c.strip() for c in row)):
+        if not row or (len(row) == 1 and not row[0].strip()):
             continue  # blank line
         read += 1
         try:
+            if all(not c.strip() for c in row):
+                raise _RowError(f"every cell is empty ({','.join(row) or 'an empty row'}): not a request")
             parse(row)
         except _RowError as exc:
             if not skip:

@@ -37,6 +37,17 @@ def smg_binary() -> str:
     return str(beside) if beside.exists() else "smg"
 
 
+def bad(p: subprocess.CompletedProcess, *needles: str) -> str:
+    """Bad input as docs/interfaces.md has it: exit 2, nothing on stdout, exactly one line on stderr
+    holding every needle (so no traceback, no log or progress line)."""
+    assert p.returncode == 2, (p.returncode, p.stdout[-300:], p.stderr[-900:])
+    assert p.stdout == ""
+    assert p.stderr.count("\n") == 1 and p.stderr.endswith("\n"), p.stderr
+    for n in needles:
+        assert n in p.stderr, (n, p.stderr)
+    return p.stderr
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port that was free a moment ago (bind port 0, read it, close). Callers that pass it to a
     child process must cope with losing a race for it: ``gateway`` retries on a new port."""
