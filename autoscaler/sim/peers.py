@@ -239,17 +239,42 @@ class KpaController(_Peer):
         self.spec = KpaSpec(target_value=target_utilization * policy.fleet.requests_per_group,
                             scale_down_delay_s=scale_down_delay_s)
         self.state = kpa_new_state(policy.fleet.ceiling_groups, start)  # every schedule starts at the ceiling
-        self.stable = _Window(self.spec.stable_window_s)
-        self.panic = _Window(self.spec.stable_window_s * self.spec.panic_window_pct / 100.0)
+        self.stable_s = self.spec.stable_window_s
+        self.panic_s = self.spec.stable_window_s * self.spec.panic_window_pct / 100.0
+        # One deque of samples serves both windows (the panic window is its newest part): two
+        # running sums, and how many of the samples are in the panic window. 300,000 ticks a
+        # 14-day replay: the sums save re-adding the windows at each.
+        self.samples: deque[tuple[float, float]] = deque()
+        self.stable_sum = self.panic_sum = 0.0
+        self.panic_n = 0
+
+    def _windows(self, now: float, total: float) -> tuple[float, float]:
+        """(stable, panic): the means of the samples of the last 60 s and 6 s, this one included."""
+        samples = self.samples
+        samples.append((now, total))
+        self.stable_sum += total
+        self.panic_sum += total
+        self.panic_n += 1
+        oldest = now - self.stable_s
+        while samples[0][0] <= oldest:
+            self.stable_sum -= samples.popleft()[1]
+        oldest_panic = now - self.panic_s
+        n = len(samples)
+        while samples[n - self.panic_n][0] <= oldest_panic:  # the oldest sample still counted as panic
+            self.panic_sum -= samples[n - self.panic_n][1]
+            self.panic_n -= 1
+        # (The loads are whole numbers of requests: the running sums are exact.)
+        return self.stable_sum / n, self.panic_sum / self.panic_n
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
         seen = fleet_load(signals, fleet)
         if seen is None:
             return [], []
         ready, starting, total = seen
-        self.stable.add(now, total)
-        self.panic.add(now, total)
-        desired = kpa_scale(self.spec, self.state, now, len(ready), self.stable.mean(), self.panic.mean())
+        stable, panic = self._windows(now, total)
+        desired = kpa_scale(self.spec, self.state, now, len(ready), stable, panic)
+        if desired == len(ready) + starting:  # (most ticks: nothing to do)
+            return [], []
         return self.act(desired, ready, starting, signals, fleet)
 
 
