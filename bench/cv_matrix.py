@@ -5,9 +5,11 @@
         [--traces DIR] [--seeds 0,1,2] [--pu 0.35,0.5,0.7] [--workers 2] [--cache FILE] [--json FILE]
 
 Every cell is one trace at one seed and one peak utilisation; its three targets (docs/interfaces.md):
-SLO attainment >= always-on's - 0.5 pp, node-hours <= 1.10 x the oracle's, not dominated by the HPA
-sweep. The references (always-on, HPA 0.5-0.9, oracle) do not depend on the scaling knobs swept
-here, so they are replayed once per cell and kept in ``--cache`` (JSON); only ours is replayed per
+SLO attainment >= always-on's - 0.5 pp, node-hours <= 1.10 x the oracle's, not dominated by any
+setting of the HPA sweep or of a peer's sweep (Knative KPA, AIBrix APA, Ray Serve, Dynamo's planner;
+docs/peers.md). The references (always-on, HPA 0.5-0.9, oracle, the peers' sweeps) do not depend on
+the scaling knobs swept here, so they are replayed once per cell and kept in ``--cache`` (JSON; a
+cell cached before the peers existed gets only the missing ones); only ours is replayed per
 candidate.
 
 Candidates: the policy file, and with ``--grid`` every combination of the listed values (dotted
@@ -36,7 +38,16 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from autoscaler.policy.model import Policy  # noqa: E402
-from autoscaler.sim.backtest import HPA_TARGETS, backtest, prepare_trace, verdict  # noqa: E402
+from autoscaler.sim.backtest import (  # noqa: E402
+    HPA_TARGETS,
+    PEER_NAMES,
+    backtest,
+    peers_frontiers,
+    prepare_trace,
+    reference_json,
+    reference_names,
+    verdict,
+)
 
 TRACE_NAMES = ("azure-2023-conv", "mooncake-fast25-conversation", "servegen-m-small", "servegen-m-mid",
                "servegen-mm-image")
@@ -88,11 +99,13 @@ def _prepared(path: str, policy: Policy, seed: int, pu: float):
 
 
 def run_cell(job: tuple) -> dict[str, Any]:
-    cand_i, data, path, trace, seed, pu, need_refs = job
+    cand_i, data, path, trace, seed, pu, have_refs = job  # have_refs: None = no references to run
     policy = Policy.model_validate(data)
     started = time.perf_counter()
     tr, factor, _ = _prepared(path, policy, seed, pu)
-    runs = backtest(tr, factor, policy, compare=need_refs, seed=seed, workers=1)
+    need_refs = have_refs is not None
+    runs = backtest(tr, factor, policy, compare=need_refs, seed=seed, workers=1, sweep=True,
+                    skip=frozenset(have_refs or ()))
     out = {"candidate": cand_i, "trace": trace, "seed": seed, "pu": pu, "ours": runs["ours"].summary,
            "wall_s": round(time.perf_counter() - started, 2)}
     if need_refs:
@@ -104,9 +117,22 @@ def cell_key(trace: str, seed: int, pu: float) -> str:
     return f"{trace}|{seed}|{pu}"
 
 
-def judge(ours: dict, refs: dict) -> dict:
+def judge(ours: dict, refs: dict, policy: Policy) -> dict:
     sweep = [{**refs[f"hpa@{t}"], "target_utilization": t} for t in HPA_TARGETS]
-    return verdict(ours, refs["static"], refs["oracle"], sweep)
+    return verdict(ours, refs["static"], refs["oracle"], sweep, peers_frontiers(reference_json(refs, policy), policy))
+
+
+PEER_LABEL = {"kpa": "KPA", "apa": "APA", "ray_serve": "Ray", "dynamo_planner": "Dynamo"}
+
+
+def peer_cell(v: dict, peer: str) -> str:
+    """'ok', or 'dominated (setting)' with the cheapest dominating setting of that peer."""
+    d = v["peer_dominating"].get(peer)
+    if not d:
+        return "ok"
+    knob = next(k for k in d if k not in ("slo_attainment", "node_hours", "on_line_between"))
+    at = d[knob] if d[knob] is not None else "/".join(f"{x:g}" for x in d["on_line_between"])
+    return f"dominated ({at:g})" if isinstance(at, float) else f"dominated ({at})"
 
 
 def score(rows: list[dict]) -> tuple:
@@ -140,23 +166,26 @@ def main() -> int:
     cache_path = Path(args.cache)
     cache: dict[str, dict] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
 
+    base_policy = Policy.model_validate(cands[0][1])
+    wanted = set(reference_names(base_policy, sweep=True))
     jobs = []
     for trace in traces:
         path = trace_path(root, trace)
         for seed in seeds:
             for pu in pus:
-                need = cell_key(trace, seed, pu) not in cache
+                have = set(cache.get(cell_key(trace, seed, pu), {}))
+                have_refs = None if wanted <= have else frozenset(have & wanted)
                 for i, (_, data) in enumerate(cands):
-                    jobs.append((i, data, path, trace, seed, pu, need and i == 0))
+                    jobs.append((i, data, path, trace, seed, pu, have_refs if i == 0 else None))
     # The longest traces first, so that no worker is left with a 14-day replay at the end.
-    jobs.sort(key=lambda j: (not j[3].endswith(("m-small", "m-mid")), not j[6]))
+    jobs.sort(key=lambda j: (not j[3].endswith(("m-small", "m-mid")), j[6] is None))
     started = time.perf_counter()
     results: list[dict] = []
     ctx = mp.get_context("fork")
     with ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
         for n, res in enumerate(pool.map(run_cell, jobs), 1):
             if "refs" in res:
-                cache[cell_key(res["trace"], res["seed"], res["pu"])] = res.pop("refs")
+                cache.setdefault(cell_key(res["trace"], res["seed"], res["pu"]), {}).update(res.pop("refs"))
                 cache_path.parent.mkdir(parents=True, exist_ok=True)
                 cache_path.write_text(json.dumps(cache))
             results.append(res)
@@ -164,7 +193,7 @@ def main() -> int:
                   f"pu {res['pu']} cand {res['candidate']}: {res['wall_s']} s", file=sys.stderr, flush=True)
     for r in results:
         r["refs"] = cache[cell_key(r["trace"], r["seed"], r["pu"])]
-        r["verdict"] = judge(r["ours"], r["refs"])
+        r["verdict"] = judge(r["ours"], r["refs"], base_policy)
 
     by_cand = {i: [r for r in results if r["candidate"] == i] for i in range(len(cands))}
     chosen_all = min(by_cand, key=lambda i: score(by_cand[i]))
@@ -179,8 +208,9 @@ def main() -> int:
         print(f"fold: held out {SHORT.get(held, held)} -> chosen on the other four: #{pick} {cands[pick][0]}")
     print()
     print("| trace | seed | peak use | ours node-h | oracle node-h | x oracle | ours SLO % | always-on SLO % "
-          "| gap pp | capacity misses (ours / always-on) | HPA | in-sample | out-of-sample |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| gap pp | capacity misses (ours / always-on) | HPA | " + " | ".join(PEER_LABEL[p] for p in PEER_NAMES)
+          + " | in-sample | out-of-sample |")
+    print("|---" * (13 + len(PEER_NAMES)) + "|")
     for trace in traces:
         for seed in seeds:
             for pu in pus:
@@ -193,6 +223,7 @@ def main() -> int:
                     miss = [n for n, ok in (("SLO", w["slo_within_0_5pp_of_static"]),
                                             ("oracle", w["within_10pct_of_oracle"]),
                                             ("HPA", not w["dominated_by_hpa"])) if not ok]
+                    miss += [PEER_LABEL[p] for p in PEER_NAMES if w["peer_dominating"].get(p)]
                     return "meets" if not miss else "MISS " + "+".join(miss)
 
                 print(f"| {SHORT.get(trace, trace)} | {seed} | {pu} | {ins['ours']['node_hours']:,.1f} "
@@ -200,7 +231,8 @@ def main() -> int:
                       f"| {100 * ins['ours']['slo_attainment']:.3f} | {100 * refs['static']['slo_attainment']:.3f} "
                       f"| {v['slo_gap_vs_static_pp']:+.3f} | {ins['ours']['capacity_misses']:,} / "
                       f"{refs['static']['capacity_misses']:,} | {'dominated' if v['dominated_by_hpa'] else 'ok'} "
-                      f"| {mark(ins)} | {mark(oos)}"
+                      + "".join(f"| {peer_cell(v, p)} " for p in PEER_NAMES)
+                      + f"| {mark(ins)} | {mark(oos)}"
                       + ("" if oos is ins or oos["candidate"] == ins["candidate"]
                          else f" (#{oos['candidate']}: x{oos['verdict']['node_hours_vs_oracle']:.3f}, "
                               f"{oos['verdict']['slo_gap_vs_static_pp']:+.3f} pp)") + " |")

@@ -45,3 +45,9 @@ def pytest_unconfigure(config) -> None:
             proc.wait()
     for f in demo["files"]:
         f.close()
+
+
+def pytest_configure(config) -> None:
+    # ``simulate --compare`` caches reference replays under $XDG_CACHE_HOME: the tests' runs use
+    # a folder of their own (inherited by the commands they start), not the user's cache.
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="autoscaler-test-cache-")

@@ -254,9 +254,11 @@ def test_simulate_json_keys_compare_timeline_and_plot(tmp_path):
     assert set(out["model"]) >= {"prefill_tokens_per_s", "decode_tokens_per_s", "startup_s", "requests_per_group",
                                  "slo_ttft_s"}
     ref = out["reference"]
-    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle"}
+    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "kpa", "apa", "ray_serve", "dynamo_planner"}
     for r in (ref["static"], ref["hpa"], ref["oracle"], *ref["hpa_sweep"]):
         assert keys <= set(r)
+    for peer in ("kpa", "apa", "ray_serve", "dynamo_planner"):  # at their defaults, with what was ported
+        assert keys <= set(ref[peer]) and ref[peer]["source"]
     assert [s["target_utilization"] for s in ref["hpa_sweep"]] == [0.5, 0.6, 0.7, 0.8, 0.9]
     assert ref["hpa"] == {k: v for k, v in ref["hpa_sweep"][2].items() if k != "target_utilization"}
     assert ref["static"]["node_hours"] == ref["static"]["baseline_node_hours"] == out["baseline_node_hours"]

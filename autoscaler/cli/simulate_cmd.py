@@ -13,7 +13,15 @@ from autoscaler.cli.common import check_db_output, check_output, check_seed, pri
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
 from autoscaler.settings import check_http_url
-from autoscaler.sim.backtest import HPA_DEFAULT_TARGET, backtest, prepare_trace, results_json
+from autoscaler.sim.backtest import (
+    HPA_DEFAULT_TARGET,
+    PEER_NAMES,
+    backtest,
+    prepare_trace,
+    reference_names,
+    results_json,
+)
+from autoscaler.sim.refcache import ReferenceCache, default_dir
 from autoscaler.sim.timeline import check_plot_path, minute_rows, write_plot, write_timeline
 
 FORMATS = ("auto", "azure", "mooncake", "servegen", "csv")
@@ -47,7 +55,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start-at", type=time_arg, metavar="T",
                    help="when a trace without absolute times starts (default Monday 2026-01-05 00:00 UTC)")
     p.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows and count them")
-    p.add_argument("--compare", action="store_true", help="also run always-on, the HPA sweep and the oracle")
+    p.add_argument("--compare", nargs="?", const="defaults", choices=("defaults", "sweep"), default=None,
+                   help="also run always-on, the HPA sweep, the oracle and the peers (Knative KPA, AIBrix APA, Ray "
+                        "Serve, Dynamo's planner) at their defaults; '--compare sweep' also sweeps each peer's main "
+                        "knob (docs/peers.md)")
+    p.add_argument("--reference-cache", metavar="DIR", default=None,
+                   help="where reference replays are cached, keyed by trace, load, seed, fleet model, setting and "
+                        "code (default $XDG_CACHE_HOME/fleet-autoscaler/references, or under ~/.cache)")
+    p.add_argument("--no-reference-cache", action="store_true", help="replay every reference, read and write no cache")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeline-out", metavar="FILE.csv", help="write one row per minute of our replay")
     p.add_argument("--plot", metavar="FILE", help="draw demand against active nodes (.html or .svg)")
@@ -131,10 +146,21 @@ def _run(args: argparse.Namespace) -> int:
                                             start_at, args.skip_bad_rows)
         label = args.trace
     progress = _Progress()
-    runs = backtest(trace, factor, policy, compare=args.compare, seed=args.seed, keep_decisions=bool(args.db),
-                    progress=progress)
+    compare, sweep = args.compare is not None, args.compare == "sweep"
+    cache = None
+    cached: dict[str, dict] = {}
+    if compare and not args.no_reference_cache:
+        root = Path(args.reference_cache) if args.reference_cache else default_dir()
+        cache = ReferenceCache(root, trace, factor, args.seed, policy)
+        cached = cache.lookup(reference_names(policy, sweep))
+    runs = backtest(trace, factor, policy, compare=compare, seed=args.seed, keep_decisions=bool(args.db),
+                    progress=progress, sweep=sweep, skip=frozenset(cached))
     progress.done()
-    out = results_json(runs, policy, info, time.perf_counter() - started)
+    if cache is not None:
+        for name, run in runs.items():
+            if name != "ours":
+                cache.put(name, run.summary)
+    out = results_json(runs, policy, info, time.perf_counter() - started, cached)
     ours = runs["ours"]
     nodes = policy.fleet.group_size_nodes
     if args.timeline_out or args.plot:
@@ -157,6 +183,14 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+_SHORT = {"kpa": "knative-kpa", "apa": "aibrix-apa", "ray_serve": "ray-serve", "dynamo_planner": "dynamo"}
+
+
+def args_sweep(ref: dict) -> bool:
+    """Whether the peers' sweeps were run (any ``<peer>_sweep`` in the reference)."""
+    return any(f"{p}_sweep" in ref for p in PEER_NAMES)
+
+
 def _or_dash(value) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
@@ -165,7 +199,9 @@ def _print_table(out: dict) -> None:
     cols = [("ours", out)]
     ref = out.get("reference")
     if ref:
-        cols += [("always-on", ref["static"]), (f"hpa@{HPA_DEFAULT_TARGET}", ref["hpa"]), ("oracle", ref["oracle"])]
+        cols += [("always-on", ref["static"]), (f"hpa@{HPA_DEFAULT_TARGET}", ref["hpa"])]
+        cols += [(_SHORT[p], ref[p]) for p in PEER_NAMES if p in ref]
+        cols += [("oracle", ref["oracle"])]
     rows = [
         ("requests", "requests", "{:,}"),
         ("node-hours", "node_hours", "{:,.1f}"),
@@ -211,11 +247,20 @@ def _print_table(out: dict) -> None:
         print("HPA sweep (target utilisation: node-hours, SLO attainment %): " + ", ".join(
             f"{p['target_utilization']}: {p['node_hours']:,.1f}, {100 * p['slo_attainment']:.3f}"
             for p in ref["hpa_sweep"]))
+        for peer in PEER_NAMES:
+            points = ref.get(f"{peer}_sweep")
+            if points:
+                knob = points[0]["knob"]
+                print(f"{_SHORT[peer]} sweep ({knob}: node-hours, SLO attainment %): " + ", ".join(
+                    f"{p[knob]:g}: {p['node_hours']:,.1f}, {100 * p['slo_attainment']:.3f}" for p in points))
         v = out["verdict"]
+        beaten = [("hpa", v["hpa_dominating"])] + [(p, d) for p, d in v["peer_dominating"].items() if d]
         print(f"vs always-on SLO: {-v['slo_gap_vs_static_pp']:+.3f} pp "
               f"({'ok' if v['slo_within_0_5pp_of_static'] else 'MORE than 0.5 pp below'}); "
               f"vs oracle node-hours: x{v['node_hours_vs_oracle']} "
               f"({'ok' if v['within_10pct_of_oracle'] else 'more than 10% above'}); "
-              f"HPA: " + ("not dominated" if not v["dominated_by_hpa"] else
-                          f"DOMINATED ({v['hpa_dominating']['node_hours']:,.1f} node-hours at SLO "
-                          f"{100 * v['hpa_dominating']['slo_attainment']:.3f}%)"))
+              + ("not dominated by HPA or a peer" if not v["dominated_by"] else "DOMINATED by " + ", ".join(
+                  f"{_SHORT.get(name, name)} ({d['node_hours']:,.1f} node-hours at SLO {100 * d['slo_attainment']:.3f}%)"
+                  for name, d in beaten if d)))
+        if not args_sweep(ref):
+            print("(peers at their defaults only; '--compare sweep' sweeps each peer's knob)")

@@ -19,10 +19,31 @@ from autoscaler.policy.model import Policy
 from autoscaler.sim.controllers import CoreController, HpaController, OracleController, StaticController
 from autoscaler.sim.engine import RequestColumns, SimResult, request_columns, simulate
 from autoscaler.sim.loadscale import scale_for_policy
+from autoscaler.sim.peers import PEERS, DynamoPlannerController
 from autoscaler.sim.traces import Trace, load_trace
 
 HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 HPA_DEFAULT_TARGET = 0.7
+PEER_NAMES = tuple(PEERS)  # kpa, apa, ray_serve, dynamo_planner: reference.<peer> in --json
+
+
+def peer_knob(peer: str) -> str:
+    """The name of the knob a peer's sweep varies (its sweep points carry it as a key)."""
+    return PEERS[peer].KNOB
+
+
+def peer_default(peer: str, policy: Policy) -> float:
+    """A peer's knob at its documented default (Dynamo's planner: the policy's TTFT target)."""
+    if peer == "dynamo_planner":
+        return policy.slo.ttft_target_s
+    return PEERS[peer].DEFAULT
+
+
+def peer_sweep(peer: str, policy: Policy) -> list[float]:
+    """The values of a peer's sweep, its default among them (Dynamo: 0.5-3 x the TTFT target)."""
+    if peer == "dynamo_planner":
+        return [round(x * policy.slo.ttft_target_s, 6) for x in DynamoPlannerController.SWEEP_X]
+    return list(PEERS[peer].SWEEP)
 
 
 @dataclass
@@ -99,7 +120,14 @@ COST_TIE = 0.995
 
 
 def hpa_dominating(ours_slo: float, ours_node_hours: float, sweep: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The cheapest HPA setting that dominates ours, or None (docs/interfaces.md, "HPA frontier").
+    """The cheapest HPA setting that dominates ours, or None (``frontier_dominating``)."""
+    return frontier_dominating(ours_slo, ours_node_hours, sweep, "target_utilization")
+
+
+def frontier_dominating(ours_slo: float, ours_node_hours: float, sweep: list[dict[str, Any]],
+                        knob: str) -> dict[str, Any] | None:
+    """The cheapest setting of a swept controller that dominates ours, or None (docs/interfaces.md,
+    "HPA frontier", which holds for every peer); ``knob`` names the key of each point's setting.
 
     Ours at (s, n) is dominated when some sweep point has SLO >= s - 0.0001 and node-hours
     < 0.995 n, or when the straight line between two neighbouring sweep points (sorted by SLO)
@@ -113,7 +141,7 @@ def hpa_dominating(ours_slo: float, ours_node_hours: float, sweep: list[dict[str
     for p in sweep:
         if p["slo_attainment"] >= ours_slo - SLO_TIE and p["node_hours"] < bar:
             found.append({"slo_attainment": p["slo_attainment"], "node_hours": p["node_hours"],
-                          "target_utilization": p.get("target_utilization"), "on_line_between": None})
+                          knob: p.get(knob), "on_line_between": None})
     pts = sorted(sweep, key=lambda p: (p["slo_attainment"], p["node_hours"]))
     for a, b in zip(pts, pts[1:]):
         s0, n0, s1, n1 = a["slo_attainment"], a["node_hours"], b["slo_attainment"], b["node_hours"]
@@ -121,8 +149,8 @@ def hpa_dominating(ours_slo: float, ours_node_hours: float, sweep: list[dict[str
             continue
         at = n0 + (n1 - n0) * (ours_slo - s0) / (s1 - s0)
         if at < bar:
-            found.append({"slo_attainment": ours_slo, "node_hours": at, "target_utilization": None,
-                          "on_line_between": [a.get("target_utilization"), b.get("target_utilization")]})
+            found.append({"slo_attainment": ours_slo, "node_hours": at, knob: None,
+                          "on_line_between": [a.get(knob), b.get(knob)]})
     return min(found, key=lambda p: p["node_hours"]) if found else None
 
 
@@ -143,9 +171,13 @@ def hpa_frontier_node_hours(ours_slo: float, sweep: list[dict[str, Any]]) -> flo
 
 
 def verdict(ours: dict[str, Any], static: dict[str, Any], oracle: dict[str, Any],
-            sweep: list[dict[str, Any]]) -> dict[str, Any]:
+            sweep: list[dict[str, Any]], peers: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The three targets of one backtest cell (docs/interfaces.md): SLO within 0.5 pp of always-on,
-    node-hours within 10% of the oracle, not dominated by any HPA setting."""
+    node-hours within 10% of the oracle, not dominated by any setting of HPA or of a peer.
+
+    ``peers``: each peer's points (its sweep, or its default alone), each carrying its knob.
+    ``dominated_by`` lists the controllers ("hpa" and the peers' names) with a dominating
+    setting; ``peer_dominating`` the cheapest dominating point of each peer (or None)."""
     oracle_nh = oracle["node_hours"]
     static_slo = static["slo_attainment"]
     dominating = hpa_dominating(ours["slo_attainment"], ours["node_hours"], sweep)
@@ -159,8 +191,12 @@ def verdict(ours: dict[str, Any], static: dict[str, Any], oracle: dict[str, Any]
         "hpa_dominating": dominating,
         "at_or_below_hpa_frontier": dominating is None,
     }
+    by_peer = {name: frontier_dominating(ours["slo_attainment"], ours["node_hours"], points, peer_knob(name))
+               for name, points in (peers or {}).items()}
+    out["peer_dominating"] = by_peer
+    out["dominated_by"] = (["hpa"] if dominating is not None else []) + [n for n, p in by_peer.items() if p]
     out["meets_targets"] = (out["slo_within_0_5pp_of_static"] and out["within_10pct_of_oracle"]
-                            and not out["dominated_by_hpa"])
+                            and not out["dominated_by"])
     return out
 
 
@@ -181,9 +217,25 @@ def prepare_trace(path: str, fmt: str, policy: Policy, peak_utilization: float, 
 PARALLEL_MIN_REQUESTS = 20_000
 
 
-def reference_names() -> list[str]:
-    """The reference runs of ``--compare``, in the order they are reported."""
-    return ["static", *(f"hpa@{t}" for t in HPA_TARGETS), "oracle"]
+def reference_names(policy: Policy | None = None, sweep: bool = False) -> list[str]:
+    """The reference runs of ``--compare``, in the order they are reported: always-on, the HPA
+    sweep, the oracle, each peer at its defaults (``kpa``, ...), and with ``sweep`` (which needs
+    the policy) each peer's other sweep points (``kpa@0.5``, ...)."""
+    names = ["static", *(f"hpa@{t}" for t in HPA_TARGETS), "oracle", *PEER_NAMES]
+    if sweep:
+        assert policy is not None, "a peer sweep needs the policy (Dynamo's values follow its TTFT target)"
+        for peer in PEER_NAMES:
+            default = peer_default(peer, policy)
+            names += [f"{peer}@{v:g}" for v in peer_sweep(peer, policy) if v != default]
+    return names
+
+
+def peer_points(peer: str, policy: Policy, available: Any) -> list[tuple[float, str]]:
+    """(knob value, run name) of a peer's points among ``available`` run names, by value."""
+    default = peer_default(peer, policy)
+    points = [(default, peer)] if peer in available else []
+    points += [(v, f"{peer}@{v:g}") for v in peer_sweep(peer, policy) if v != default and f"{peer}@{v:g}" in available]
+    return sorted(points)
 
 
 def _reference_controller(name: str, trace: Trace, policy: Policy):
@@ -191,7 +243,14 @@ def _reference_controller(name: str, trace: Trace, policy: Policy):
         return StaticController(policy)
     if name == "oracle":
         return OracleController(trace, policy)
-    return HpaController(policy, float(name.removeprefix("hpa@")), trace.span_s[0])
+    kind, _, value = name.partition("@")
+    if kind == "hpa":
+        return HpaController(policy, float(value), trace.span_s[0])
+    knob = float(value) if value else peer_default(kind, policy)
+    if kind == "dynamo_planner":
+        return DynamoPlannerController(policy, trace, ttft_target_s=knob)
+    factory: Any = PEERS[kind]  # (the other peers take the start time)
+    return factory(policy, trace.span_s[0], knob)
 
 
 def default_workers() -> int:
@@ -210,8 +269,11 @@ def can_fork() -> bool:
 
 def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed: int = 0,
              keep_decisions: bool = False, progress: Callable[[str, float], None] | None = None,
-             workers: int | None = None) -> dict[str, Run]:
-    """Run ours, and with ``compare`` the references, on the same arrivals.
+             workers: int | None = None, sweep: bool = False,
+             skip: frozenset[str] = frozenset()) -> dict[str, Run]:
+    """Run ours, and with ``compare`` the references (with ``sweep`` every peer's sweep as well),
+    on the same arrivals; the reference names in ``skip`` are not replayed (a caller's cache holds
+    them).
 
     The replays are independent (each has its own fleet, controller and seeded start-up jitter), so
     with ``workers`` > 1 (default: the CPUs available, for traces of at least
@@ -228,11 +290,11 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
     columns = request_columns(trace, policy)  # one copy for every replay (and, by the fork, every worker)
 
     def here(name: str) -> Run:
-        label = name.replace("@", " ") if name.startswith("hpa") else name
+        label = name.replace("@", " ")
         return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, prog(label),
                        columns)
 
-    refs = reference_names() if compare else []
+    refs = [n for n in reference_names(policy, sweep) if n not in skip] if compare else []
     if workers is None:
         workers = default_workers() if len(trace) >= PARALLEL_MIN_REQUESTS else 1
     workers = min(workers, len(refs) + 1)
@@ -285,8 +347,9 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
 
 
 # Relative replay cost of each kind of reference (measured on the 14-day trace: an HPA replay
-# ticks every 15 s and takes ~2.3 s, the oracle ~2 s, always-on ~1 s); only the order matters.
-_COST = {"hpa": 2.3, "oracle": 2.0, "static": 1.0}
+# ticks every 15 s and takes ~2.3 s, the oracle ~2 s, always-on ~1 s; KPA ticks every 2 s and
+# takes about four HPAs); only the order matters.
+_COST = {"kpa": 9.0, "ray_serve": 2.8, "apa": 2.4, "hpa": 2.3, "oracle": 2.0, "dynamo_planner": 1.5, "static": 1.0}
 
 _worker_args: tuple[Trace, Policy, float, int, RequestColumns] | None = None
 
@@ -302,18 +365,50 @@ def _run_reference(name: str) -> Run:
     return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, columns=columns)
 
 
-def results_json(runs: dict[str, Run], policy: Policy, trace_info: dict[str, Any], wall_s: float) -> dict[str, Any]:
+def reference_json(summaries: dict[str, dict[str, Any]], policy: Policy) -> dict[str, Any]:
+    """``reference`` of ``simulate --json`` from the reference runs' summaries (by run name):
+    static, hpa, hpa_sweep, oracle; each peer at its defaults with its ``source``; and where its
+    sweep was run, ``<peer>_sweep`` (each point with ``knob``, the knob's name, and that name's
+    value)."""
+    ref: dict[str, Any] = {
+        "static": summaries["static"],
+        "hpa": summaries[f"hpa@{HPA_DEFAULT_TARGET}"],
+        "hpa_sweep": [{**summaries[f"hpa@{t}"], "target_utilization": t} for t in HPA_TARGETS],
+        "oracle": summaries["oracle"],
+    }
+    for peer in PEER_NAMES:
+        if peer not in summaries:
+            continue
+        ref[peer] = {**summaries[peer], "source": PEERS[peer].source}
+        points = peer_points(peer, policy, summaries)
+        if len(points) > 1:
+            knob = peer_knob(peer)
+            ref[f"{peer}_sweep"] = [{**summaries[name], "knob": knob, knob: v} for v, name in points]
+    return ref
+
+
+def peers_frontiers(ref: dict[str, Any], policy: Policy) -> dict[str, list[dict[str, Any]]]:
+    """Each peer's points for the dominance rule: its sweep, or its default point alone."""
+    out = {}
+    for peer in PEER_NAMES:
+        if f"{peer}_sweep" in ref:
+            out[peer] = ref[f"{peer}_sweep"]
+        elif peer in ref:
+            knob = peer_knob(peer)
+            out[peer] = [{**ref[peer], "knob": knob, knob: peer_default(peer, policy)}]
+    return out
+
+
+def results_json(runs: dict[str, Run], policy: Policy, trace_info: dict[str, Any], wall_s: float,
+                 cached: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``simulate --json``; ``cached``: reference summaries taken from a cache instead of ``runs``."""
     out = dict(runs["ours"].summary)
     out["wall_s"] = round(wall_s, 3)
     out["trace"] = trace_info
     out["model"] = model_params(policy)
-    if "static" in runs:
-        sweep = [{**runs[f"hpa@{t}"].summary, "target_utilization": t} for t in HPA_TARGETS]
-        out["reference"] = {
-            "static": runs["static"].summary,
-            "hpa": runs[f"hpa@{HPA_DEFAULT_TARGET}"].summary,
-            "hpa_sweep": sweep,
-            "oracle": runs["oracle"].summary,
-        }
-        out["verdict"] = verdict(out, runs["static"].summary, runs["oracle"].summary, sweep)
+    summaries = {name: run.summary for name, run in runs.items() if name != "ours"}
+    summaries.update(cached or {})
+    if "static" in summaries:
+        ref = out["reference"] = reference_json(summaries, policy)
+        out["verdict"] = verdict(out, ref["static"], ref["oracle"], ref["hpa_sweep"], peers_frontiers(ref, policy))
     return out

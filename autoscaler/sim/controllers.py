@@ -11,9 +11,10 @@ import numpy as np
 
 from autoscaler.core import Action, Decision, Memory, decide, record_startup
 from autoscaler.core.types import FleetState, GroupSignals, Phase, Reason, SignalSnapshot
-from autoscaler.core.victim import choose_victim, groups_to_start
+from autoscaler.core.victim import groups_to_start
 from autoscaler.policy.model import Policy
 from autoscaler.sim.loadscale import service_times_s
+from autoscaler.sim.peers import drain_victims, fleet_load
 from autoscaler.sim.traces import Trace
 
 # Enum members read at every tick, looked up once (an Enum class attribute costs ~60 ns a read).
@@ -118,24 +119,11 @@ class HpaController:
         self.floor, self.ceiling = policy.fleet.floor_groups, policy.fleet.ceiling_groups
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        ready: list = []  # the ready groups, and the starting ones counted, in one pass
-        starting = 0
-        for g in fleet.groups.values():
-            if g.phase == _READY:
-                ready.append(g)
-            elif g.phase == _STARTING:
-                starting += 1
-        current = len(ready) + starting
-        if not ready:
+        seen = fleet_load(signals, fleet)  # the ready groups, the starting count, their load; None: hold
+        if seen is None:
             return [], []
-        # metric: running + queued over the ready groups (in their order), once every load is known
-        total = 0.0
-        loads = signals.groups
-        for g in ready:
-            s = loads.get(g.name)
-            if s is None or s.running is None:
-                return [], []
-            total += s.running + (s.queued or 0.0)
+        ready, starting, total = seen
+        current = len(ready) + starting
         metric = total / len(ready)
         ratio = metric / self.at_target
         desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
@@ -148,14 +136,7 @@ class HpaController:
         # The highest desired of the window is at least this tick's: no scale-down unless it is below
         # the current count (most ticks it is not, and the window need not be read).
         if desired < current and (stabilized := max(self.history, key=_DESIRED)[1]) < current:
-            victims, pool = [], list(ready)
-            for _ in range(min(current - stabilized, len(pool) - 0)):
-                v = choose_victim(pool, self.order, dict(signals.groups))
-                if v is None or len(pool) <= 1:
-                    break
-                victims.append(v.name)
-                pool.remove(v)
-            return [], victims
+            return [], drain_victims(ready, self.order, signals, current - stabilized)
         return [], []
 
     def on_ready(self, name, startup_s):
