@@ -66,7 +66,35 @@ def test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time():
     assert len(mem.minute_max) == 12
 
 
+def test_recent_rises_are_kept_for_six_hours():
+    # RECENT_MINUTES = 360: when minute 0's rise joins (minute 11 closes, lead 615 s: (7 - 3) / 2 =
+    # 2.0), a rise measured from minute -360 has left the window and one from minute -359 has not.
+    old = ((MINUTE - 360, 5.0), (MINUTE - 359, 4.0))
+    mem = Memory(minute_max=tuple((MINUTE + i, 3.0) for i in range(11)), minute_now=(MINUTE + 11, 7.0, 1),
+                 rise_log=old, rises_sorted=(4.0, 5.0))
+    mem = record_minute(mem, T0 + 60 * 12, 3.0, 615)
+    assert mem.rise_log == ((MINUTE - 359, 4.0), (MINUTE, 2.0))
+    assert mem.rises_sorted == (2.0, 4.0)
+
+
 # ----------------------------------------------------------------------- the cold-start prior
+def test_the_level_is_the_last_closed_minute_or_this_one_when_higher():
+    # risk.level_now: the last closed minute's mean 8, this minute so far 2 -> level 8: capacity 14
+    # is the prior's 2 sd (z > (14 - 8) / 3 = 2): 2.275%. This minute at 9 -> level 9:
+    # z > (14 - 9) / sqrt(10) = 1.58 -> P(Z > (1.58 - 0.5) / 0.75 = 1.44) = 7.47%.
+    closed = ((MINUTE - 1, 8.0),)
+    r = exceed_probability(Memory(minute_max=closed, minute_now=(MINUTE, 2.0, 1)), P, T0, 14.0, 615)
+    assert r.probability == pytest.approx(0.0227501319, rel=1e-8)
+    higher = exceed_probability(Memory(minute_max=closed, minute_now=(MINUTE, 9.0, 1)), P, T0, 14.0, 615)
+    z = (5 / math.sqrt(10) - 0.5) / 0.75
+    assert higher.probability == pytest.approx(0.5 * math.erfc(z / math.sqrt(2)), rel=1e-9)
+    assert higher.probability == pytest.approx(0.0747, abs=1e-4)
+    # a closed minute that is not the last one (minute -2) is not today's level: this minute's 2
+    # -> z > (14 - 2) / sqrt(3) = 6.9: P ~ 0
+    stale = exceed_probability(Memory(minute_max=((MINUTE - 2, 8.0),), minute_now=(MINUTE, 2.0, 1)), P, T0, 14.0, 615)
+    assert stale.probability < 1e-12
+
+
 def test_the_cold_start_prior_and_its_blend_with_measured_rises():
     # risk.py: a load at level 8 is expected to reach 8 + 0.5 x sqrt(9) = 9.5 and exceeds
     # 8 + 2 x 3 = 14 with P(Z > (2 - 0.5) / 0.75 = 2 sd) = 2.275%. No measured rise: the prior alone.
@@ -147,6 +175,19 @@ def test_the_seasonal_skill_update_of_the_docstring():
         mem = update_skill(mem, policy, SLOT, 9.0, 615)
     assert mem.seasonal_skill == (pytest.approx(5 / 6), pytest.approx(3.0))
     assert seasonal_weight(mem) == pytest.approx(3.0 / (5 / 6 + 3.0))
+
+
+def test_decide_scores_the_seasonal_skill_one_risk_horizon_ahead():
+    # The docstring's example through decide: slot SLOT (highest demand 9 so far) closes at the
+    # first tick of the next slot, and is scored against the predictions made 615 s = 3 slots
+    # before it (the risk's horizon): errors (0.67, 5), as above. (Scored 1 slot ahead, slot
+    # SLOT - 1 has no value: nothing would be measured.)
+    policy = make_policy(forecast={"enabled": True, "seasonal_days": 1})
+    mem = Memory(demand_by_slot=_skill_history({1: (5.0, 10.0)}), slot_now=(SLOT, 9.0))
+    now = T0 + 300
+    _, mem = decide(signals(at=now, g1=(1, 0, 0.2), g2=(0, 0, 0.1), g3=(0, 0, 0.1)), THREE_READY, policy, mem, now)
+    assert mem.seasonal_skill == (pytest.approx(2 / 3), 5.0)
+    assert mem.demand_by_slot[SLOT] == 9.0 and mem.slot_now == (SLOT + 1, 1.0)
 
 
 def test_the_seasonal_prediction_is_the_median_over_earlier_days():
@@ -253,6 +294,50 @@ def test_a_trusted_seasonal_forecast_counts_in_the_cap_a_trend_does_not():
     d, _ = decide(at, THREE_READY, policy, SETTLED.with_(demand_samples=ramp), T0)
     assert (d.action, d.inputs["forecast_basis"]) == (Action.SCALE_DOWN, "trend"), d.detail
     assert d.inputs["utilization_after_scale_down"] == pytest.approx(0.3)
+
+
+def test_the_seasonal_forecast_is_trusted_from_a_weight_of_one_half():
+    # forecast.SEASONAL_TRUST = 0.5: skill (1, 1) -> weight 1 / (1 + 1) = 0.5 -> trusted: yesterday
+    # rose from 2 to 10 within the horizon -> 2 + 8 = 10 -> ceil(10 / 4.2) = 3 groups. Skill
+    # (1.1, 1): weight 1 / 2.1 = 0.476 -> not trusted: the current 2 fits one group.
+    policy = make_policy(forecast={"enabled": True, "seasonal_days": 7})
+    hist = {SLOT - DAY_SLOTS: 2.0, SLOT - DAY_SLOTS + 1: 6.0, SLOT - DAY_SLOTS + 2: 10.0}
+    one = fleet("ready", "off", "off")
+    d, _ = decide(signals(g1=(2, 0, 0.2)), one, policy, Memory(demand_by_slot=hist, seasonal_skill=(1.0, 1.0)), T0)
+    assert (d.action, d.reason, d.target_groups, d.inputs["forecast_peak"]) == (
+        Action.SCALE_UP, Reason.FORECAST_HIGH, 3, 10.0), d.detail
+    d, _ = decide(signals(g1=(2, 0, 0.2)), one, policy, Memory(demand_by_slot=hist, seasonal_skill=(1.1, 1.0)), T0)
+    assert (d.action, d.inputs["forecast_basis"]) == (Action.HOLD, "current"), d.detail
+
+
+# ------------------------------------------------------------------ scale-down: spares, victim, budget
+def test_spare_groups_are_kept_out_of_the_remaining_capacity():
+    # Spare 1, demand 4 on 3 groups, any risk allowed: remaining = 3 - 1 - 1 spare = 1 group:
+    # 4 / (1 x 6) = 0.67 >= 0.55 -> keep. Without the spare: 4 / (2 x 6) = 0.33 -> drain.
+    load = signals(g1=(2, 0, 0.2), g2=(1, 0, 0.2), g3=(1, 0, 0.2))
+    spare = make_policy(scaling={"spare_groups": 1}, slo=ANY_RISK)
+    d, _ = decide(load, THREE_READY, spare, SETTLED, T0)
+    assert (d.action, d.reason, d.inputs["utilization_after_scale_down"]) == (Action.HOLD, Reason.STEADY, 0.6667)
+    d, _ = decide(load, THREE_READY, make_policy(slo=ANY_RISK), SETTLED, T0)
+    assert (d.action, d.inputs["utilization_after_scale_down"]) == (Action.SCALE_DOWN, 0.3333)
+
+
+def test_the_victims_load_counts_queued_requests():
+    # KV tie at 0.2: g1 has 1 running + 0 queued = 1, g2 0 running + 2 queued = 2, g3 1 + 1 = 2
+    # -> g1 (the least load), though g2 runs nothing.
+    d, _ = decide(signals(g1=(1, 0, 0.2), g2=(0, 2, 0.2), g3=(1, 1, 0.2)), THREE_READY, make_policy(slo=ANY_RISK),
+                  SETTLED, T0)
+    assert (d.action, d.group) == (Action.SCALE_DOWN, "g1"), d.detail
+
+
+def test_a_disruption_an_hour_old_is_forgotten():
+    # Budget 2 an hour; disruptions exactly 3,600 s and 600 s ago: the first has left the hour
+    # (now - t >= 3,600 drops it): 1 < 2 -> drain, and the memory keeps (T0 - 600, T0).
+    policy = make_policy(scaling={"disruption_budget_per_hour": 2})
+    low = signals(g1=(1, 0, 0.2), g2=(0, 0, 0.1), g3=(0, 0, 0.1))
+    d, mem = decide(low, THREE_READY, policy, SETTLED.with_(disruptions=(T0 - 3600, T0 - 600)), T0)
+    assert d.action is Action.SCALE_DOWN, d.detail
+    assert mem.disruptions == (T0 - 600, T0)
 
 
 # ------------------------------------------------------------------------- bounds and the pin
