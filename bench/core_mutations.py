@@ -89,6 +89,11 @@ M = [
  ("autoscaler/core/decide.py", "remaining = t.active - 1 - t.spare", "remaining = t.active - 1", f"{N}::test_spare_groups_are_kept_out_of_the_remaining_capacity"),
  ("autoscaler/core/victim.py", "load = (signals.running or 0.0) + (signals.queued or 0.0)", "load = signals.running or 0.0", f"{N}::test_the_victims_load_counts_queued_requests"),
  ("autoscaler/core/decide.py", "now - memory.disruptions[0] >= HOUR_S", "now - memory.disruptions[0] > HOUR_S", f"{N}::test_a_disruption_an_hour_old_is_forgotten"),
+ ("autoscaler/core/forecast.py", "keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)", "keep_from = slot - policy.forecast.seasonal_days * (DAY_S // SLOT_S)", f"{N}::test_the_seasonal_history_keeps_one_day_more_than_it_reads"),
+ ("autoscaler/core/forecast.py", "slots_ahead = max(1, math.ceil(horizon / SLOT_S))", "slots_ahead = max(1, math.floor(horizon / SLOT_S))", f"{N}::test_the_seasonal_forecast_covers_every_slot_the_horizon_touches"),
+ ("autoscaler/core/decide.py", 'if t.fc is not None and t.fc.basis != "current":', "if t.fc is not None:", f"{N}::test_a_forecast_that_only_repeats_the_current_demand_starts_nothing"),
+ ("autoscaler/core/bounds.py", "(yesterday in window.days and t < end)", "(yesterday in window.days and t <= end)", f"{N}::test_a_window_past_midnight_starts_inside_and_ends_outside"),
+ ("autoscaler/core/bounds.py", "(today in window.days and t >= start)", "(today in window.days and t > start)", f"{N}::test_a_window_past_midnight_starts_inside_and_ends_outside"),
  # issue 18: the cordon (tests/test_core_cordon.py, test_core_scenarios.py)
  ("autoscaler/core/decide.py", "self.cordoned = [g for g in self.ready + self.starting if g.cordoned]", "self.cordoned = [g for g in self.ready if g.cordoned]", f"{C}::test_a_cordoned_group_still_starting_does_not_block_a_scale_up"),
  ("autoscaler/core/decide.py", "(_unsynced, _below_floor, _above_ceiling, _scale_up, _cordoned, _signal_problem, _scale_down)", "(_unsynced, _below_floor, _above_ceiling, _cordoned, _scale_up, _signal_problem, _scale_down)", f"{C}::test_a_cordoned_group_still_starting_does_not_block_a_scale_up"),
@@ -103,6 +108,8 @@ M = [
  ("autoscaler/core/decide.py", "    if t.starting or t.draining:\n        waits", "    if t.draining:\n        waits", f"{C}::test_a_cordoned_group_is_not_drained_while_another_starts"),
  ("autoscaler/core/decide.py", "    if t.demand is None:\n        held", "    if False:\n        held", f"{C}::test_a_cordon_waits_for_signals_but_its_floor_replacement_does_not"),
  ("autoscaler/core/decide.py", "victim = choose_victim(cordoned or t.ready,", "victim = choose_victim(t.ready,", f"{C}::test_above_the_ceiling_the_cordoned_group_goes_first_whatever_its_kv"),
+ ("autoscaler/core/decide.py", "return _start(t, min(floor - t.serving, room), Reason.CORDONED", "return _start(t, 1, Reason.CORDONED", f"{C}::test_a_floor_short_of_two_starts_two_replacements_and_cordoned_groups_drain_in_policy_order"),
+ ("autoscaler/core/decide.py", "victim = min(t.cordoned, key=lambda g: t.order[g.name])", "victim = max(t.cordoned, key=lambda g: t.order[g.name])", f"{C}::test_a_floor_short_of_two_starts_two_replacements_and_cordoned_groups_drain_in_policy_order"),
  ("autoscaler/core/decide.py", "(_unsynced, _below_floor, _above_ceiling, _scale_up, _cordoned, _signal_problem, _scale_down)", "(_unsynced, _below_floor, _above_ceiling, _cordoned, _scale_up, _signal_problem, _scale_down)", f"{S}::test_a_cordon_during_a_surge_costs_no_capacity"),
  ("autoscaler/core/decide.py", "victim = choose_victim(cordoned or t.ready,", "victim = choose_victim(t.ready,", f"{S}::test_a_cap_and_a_cordon_on_four_groups_with_differing_kv"),
 ]

@@ -169,3 +169,17 @@ def test_above_the_ceiling_the_cordoned_group_goes_first_whatever_its_kv():
     assert "(g2 cordoned: first)" in d.detail
     d, _ = decide(kv, fleet("ready", "ready", "ready"), cap, fresh(), T0)
     assert (d.action, d.group) == (Action.SCALE_DOWN, "g1")
+
+
+def test_a_floor_short_of_two_starts_two_replacements_and_cordoned_groups_drain_in_policy_order():
+    # Four groups, ceiling 4, floor 2; g1 and g2 ready and both cordoned, idle: serving 0, so
+    # min(floor 2 - 0, room 4 - 2) = 2 replacements at once: g3 and g4.
+    policy = make_policy(4, fleet={"floor_groups": 2, "ceiling_groups": 4})
+    idle = signals(g1=(0, 0, 0.1), g2=(0, 0, 0.1))
+    d, _ = decide(idle, cordon(fleet("ready", "ready", "off", "off"), "g1", "g2"), policy, fresh(), T0)
+    assert (d.action, d.groups, d.reason, d.target_groups) == (Action.SCALE_UP, ("g3", "g4"), Reason.CORDONED, 4)
+    # g1 and g3 cordoned, g2 ready, floor 1: one drain at a time, the first in policy order (g1),
+    # whatever the KV (g3's is the lower).
+    d, _ = decide(signals(g1=(0, 0, 0.5), g2=(1, 0, 0.3), g3=(0, 0, 0.1)), cordon(fleet("ready", "ready", "ready"), "g1", "g3"),
+                  make_policy(), fresh(), T0)
+    assert (d.action, d.group, d.reason) == (Action.SCALE_DOWN, "g1", Reason.CORDONED), d.detail

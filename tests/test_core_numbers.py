@@ -16,6 +16,7 @@ from core_helpers import T0, decide, fleet, make_policy, signals
 
 from autoscaler.core import Action, Memory, Reason
 from autoscaler.core.bounds import effective_bounds
+from autoscaler.core.forecast import record_demand
 from autoscaler.core.risk import (
     BURN_HALF_LIFE_S,
     SKILL_HALF_LIFE_SLOTS,
@@ -310,6 +311,37 @@ def test_the_seasonal_forecast_is_trusted_from_a_weight_of_one_half():
     assert (d.action, d.inputs["forecast_basis"]) == (Action.HOLD, "current"), d.detail
 
 
+def test_the_seasonal_history_keeps_one_day_more_than_it_reads():
+    # seasonal_days 7: the moments of day 7 reach 30 minutes (and a slot) before this time of day
+    # 7 days ago, so the history keeps 7 + 1 days. When slot SLOT closes (a sample in SLOT + 1),
+    # slots from SLOT + 1 - 8 x 288 = SLOT - 2303 on stay; SLOT - 2304 goes.
+    policy = make_policy(forecast={"enabled": True, "seasonal_days": 7})
+    mem = Memory(demand_by_slot={SLOT - 2304: 1.0, SLOT - 2303: 2.0, SLOT - 1: 3.0}, slot_now=(SLOT, 4.0))
+    mem = record_demand(mem, policy, T0 + 300, 1.0)
+    assert dict(mem.demand_by_slot) == {SLOT - 2303: 2.0, SLOT - 1: 3.0, SLOT: 4.0}
+
+
+def test_the_seasonal_forecast_covers_every_slot_the_horizon_touches():
+    # horizon_s 450 s reaches ceil(450 / 300) = 2 slots ahead: yesterday's 9 in the second slot
+    # after this time of day counts ('peak', one day: 9) -> ceil(9 / 4.2) = 3 groups.
+    policy = make_policy(forecast={"enabled": True, "seasonal_days": 7, "horizon_s": 450,
+                                   "seasonal_statistic": "peak"})
+    hist = {SLOT - DAY_SLOTS + 1: 2.0, SLOT - DAY_SLOTS + 2: 9.0}
+    d, _ = decide(signals(g1=(2, 0, 0.2)), fleet("ready", "off", "off"), policy,
+                  Memory(demand_by_slot=hist, seasonal_skill=(1.0, 3.0)), T0)
+    assert (d.action, d.reason, d.target_groups, d.inputs["forecast_peak"]) == (
+        Action.SCALE_UP, Reason.FORECAST_HIGH, 3, 9.0), d.detail
+
+
+def test_a_forecast_that_only_repeats_the_current_demand_starts_nothing():
+    # Utilisation scale-ups switched off; no history, no trend: the forecast is the current demand
+    # 9 (basis current), which would need ceil(9 / 4.2) = 3 groups, but it is no forecast: hold.
+    policy = make_policy(scaling={"scale_up": {"on_utilization": False, "queued_per_group_above": None}},
+                         forecast={"enabled": True})
+    d, _ = decide(signals(g1=(6, 3, 0.9)), fleet("ready", "off", "off"), policy, Memory(), T0)
+    assert (d.action, d.inputs["forecast_basis"], d.inputs["forecast_peak"]) == (Action.HOLD, "current", 9.0), d.detail
+
+
 # ------------------------------------------------------------------ scale-down: spares, victim, budget
 def test_spare_groups_are_kept_out_of_the_remaining_capacity():
     # Spare 1, demand 4 on 3 groups, any risk allowed: remaining = 3 - 1 - 1 spare = 1 group:
@@ -376,6 +408,24 @@ def test_effective_bounds_table(fleet_floor, window, bounds):
     policy = make_policy(fleet={"floor_groups": fleet_floor}, schedules={"windows": [{**BUSINESS, **window}]})
     b = effective_bounds(policy, T0)  # Monday 09:00: inside the window
     assert (b.floor, b.ceiling, b.floor_source, b.ceiling_source, b.floor_over_cap) == bounds
+
+
+@pytest.mark.parametrize(
+    "at, floor",
+    [
+        ("2026-01-09T21:59:59Z", 1),  # Friday before 22:00
+        ("2026-01-09T22:00:00Z", 3),  # the start is inside
+        ("2026-01-10T05:59:59Z", 3),  # Saturday morning: the window wraps past midnight
+        ("2026-01-10T06:00:00Z", 1),  # the end is outside
+        ("2026-01-11T03:00:00Z", 1),  # Sunday morning follows Saturday, not a listed day
+    ],
+)
+def test_a_window_past_midnight_starts_inside_and_ends_outside(at, floor):
+    from autoscaler.core.types import parse_time
+
+    policy = make_policy(schedules={"windows": [
+        {"name": "night", "days": ["fri"], "start": "22:00", "end": "06:00", "floor_groups": 3}]})
+    assert effective_bounds(policy, parse_time(at)).floor == floor
 
 
 def test_a_cap_equal_to_the_floor_holds_at_the_ceiling_or_the_floor_not_over_the_cap():
