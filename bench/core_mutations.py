@@ -94,6 +94,8 @@ M = [
  ("autoscaler/core/decide.py", 'if t.fc is not None and t.fc.basis != "current":', "if t.fc is not None:", f"{N}::test_a_forecast_that_only_repeats_the_current_demand_starts_nothing"),
  ("autoscaler/core/bounds.py", "(yesterday in window.days and t < end)", "(yesterday in window.days and t <= end)", f"{N}::test_a_window_past_midnight_starts_inside_and_ends_outside"),
  ("autoscaler/core/bounds.py", "(today in window.days and t >= start)", "(today in window.days and t > start)", f"{N}::test_a_window_past_midnight_starts_inside_and_ends_outside"),
+ ("autoscaler/core/forecast.py", 'return p95(samples), f"p95 of', 'return max(samples), f"p95 of', f"{N}::test_the_lead_time_is_the_95th_percentile_of_the_start_ups_not_the_slowest"),
+ ("autoscaler/core/decide.py", "if starts < want - serving:", "if starts < want:", f"{N}::test_a_scale_up_says_when_it_is_limited_and_only_then"),
  # issue 18: the cordon (tests/test_core_cordon.py, test_core_scenarios.py)
  ("autoscaler/core/decide.py", "self.cordoned = [g for g in self.ready + self.starting if g.cordoned]", "self.cordoned = [g for g in self.ready if g.cordoned]", f"{C}::test_a_cordoned_group_still_starting_does_not_block_a_scale_up"),
  ("autoscaler/core/decide.py", "(_unsynced, _below_floor, _above_ceiling, _scale_up, _cordoned, _signal_problem, _scale_down)", "(_unsynced, _below_floor, _above_ceiling, _cordoned, _scale_up, _signal_problem, _scale_down)", f"{C}::test_a_cordoned_group_still_starting_does_not_block_a_scale_up"),

@@ -16,7 +16,7 @@ from core_helpers import T0, decide, fleet, make_policy, signals
 
 from autoscaler.core import Action, Memory, Reason
 from autoscaler.core.bounds import effective_bounds
-from autoscaler.core.forecast import record_demand
+from autoscaler.core.forecast import lead_time_s, record_demand, record_startup
 from autoscaler.core.risk import (
     BURN_HALF_LIFE_S,
     SKILL_HALF_LIFE_SLOTS,
@@ -331,6 +331,38 @@ def test_the_seasonal_forecast_covers_every_slot_the_horizon_touches():
                   Memory(demand_by_slot=hist, seasonal_skill=(1.0, 3.0)), T0)
     assert (d.action, d.reason, d.target_groups, d.inputs["forecast_peak"]) == (
         Action.SCALE_UP, Reason.FORECAST_HIGH, 3, 9.0), d.detail
+
+
+def test_the_lead_time_is_the_95th_percentile_of_the_start_ups_not_the_slowest():
+    # 20 start-ups of 510, 520, ..., 700 s: nearest-rank p95 = the ceil(0.95 x 20) = 19th smallest =
+    # 690 s (the slowest, 700 s, is the 20th); the risk horizon is 690 + 15 = 705 s.
+    mem = Memory()
+    for s in range(510, 701, 10):
+        mem = record_startup(mem, s)
+    assert lead_time_s(P, mem) == (690.0, "p95 of 20 measured start-ups")
+    d, _ = decide(DEMAND3, THREE_READY, P, mem.with_(surplus_since=T0 - 3600), T0)
+    assert "within 705 s" in d.detail, d.detail
+
+
+@pytest.mark.parametrize(
+    "max_step, load, groups, limited",
+    [
+        # 6 + 3 = 9 -> ceil(9 / 4.2) = 3 groups: +2 from 1, within the +2 a decision: no limit said
+        (2, (6, 3, 0.9), ("g2", "g3"), None),
+        # the same at +1 a decision: 2, and the detail says why not 3
+        (1, (6, 3, 0.9), ("g2",), " (limited to 2: ceiling 3, at most +1 per decision)"),
+        # 6 + 20 = 26 -> 7 groups: the ceiling of 3 limits it
+        (2, (6, 20, 0.9), ("g2", "g3"), " (limited to 3: ceiling 3, at most +2 per decision)"),
+    ],
+)
+def test_a_scale_up_says_when_it_is_limited_and_only_then(max_step, load, groups, limited):
+    policy = make_policy(scaling={"scale_up": {"max_groups_per_decision": max_step}})
+    d, _ = decide(signals(g1=load), fleet("ready", "off", "off"), policy, Memory(), T0)
+    assert (d.action, d.groups) == (Action.SCALE_UP, groups)
+    if limited is None:
+        assert "limited" not in d.detail, d.detail
+    else:
+        assert limited + "; starting" in d.detail, d.detail
 
 
 def test_a_forecast_that_only_repeats_the_current_demand_starts_nothing():
