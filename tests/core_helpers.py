@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -13,12 +14,14 @@ from autoscaler.policy.model import Policy
 # Monday 2026-01-05 09:00 UTC
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc).timestamp()
 NAMES = ("g1", "g2", "g3")
+_ALL_NAMES = tuple(f"g{i}" for i in range(1, 9))  # fleet() names as many groups as it is given phases
 
 
-def make_policy(**sections: Any) -> Policy:
+def make_policy(n_groups: int = 3, **sections: Any) -> Policy:
     """The default fleet (3 groups of 2, floor 1, ceiling 3, 6 requests/group) with section overrides.
 
-    ``make_policy(scaling={"spare_groups": 1}, fleet={"floor_groups": 2})`` merges into the defaults.
+    ``make_policy(scaling={"spare_groups": 1}, fleet={"floor_groups": 2})`` merges into the defaults;
+    ``make_policy(4)`` defines a fourth group, g4, above the ceiling of 3.
     """
     data: dict[str, Any] = {
         "fleet": {
@@ -33,7 +36,7 @@ def make_policy(**sections: Any) -> Policy:
                         {"name": f"n{2 * i}", "address": f"10.0.1.{2 * i}"},
                     ],
                 }
-                for i in (1, 2, 3)
+                for i in range(1, n_groups + 1)
             ],
         },
         # The rule tests keep their arithmetic with a target of 0.7 (4.2 requests per group),
@@ -58,12 +61,18 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def fleet(*phases: str, since: float = T0 - 7200, synced: bool = True, sinces: dict | None = None) -> FleetState:
-    """fleet("ready", "starting", "off") -> g1 ready, g2 starting, g3 off; all since 2 h before T0."""
+    """fleet("ready", "starting", "off") -> g1 ready, g2 starting, g3 off; all since 2 h before T0.
+    Four phases name g4 as well (a policy of ``make_policy(4)``)."""
     sinces = sinces or {}
     groups = {
-        name: GroupState(name, Phase(phase), sinces.get(name, since)) for name, phase in zip(NAMES, phases)
+        name: GroupState(name, Phase(phase), sinces.get(name, since)) for name, phase in zip(_ALL_NAMES, phases)
     }
     return FleetState(groups, synced)
+
+
+def cordon(f: FleetState, *names: str) -> FleetState:
+    """``f`` with ``names`` cordoned (as the service marks an operator's cordon)."""
+    return FleetState({n: (replace(g, cordoned=True) if n in names else g) for n, g in f.groups.items()}, f.synced)
 
 
 def signals(

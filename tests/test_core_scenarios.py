@@ -2,7 +2,8 @@
 
 ``FakeFleet`` is a hand-written fake of the actuators: a started group becomes ready after
 ``startup_s``; a drained group is off ``drain_s`` later. Demand (running + queued) is a function of
-time, spread evenly over the ready groups. The core is the real one.
+time, spread evenly over the ready groups; KV use follows the load unless a group's is fixed
+(``kv``: sessions that stay where they are). The core is the real one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from core_helpers import NAMES, T0, decide, make_policy
+from core_helpers import T0, decide, make_policy
 
 from autoscaler.core import Action, Memory, Reason, record_startup
 from autoscaler.core.types import FleetState, GroupSignals, GroupState, Phase, Problem, SignalSnapshot
@@ -32,13 +33,18 @@ class FakeFleet:
     since: dict = field(default_factory=dict)
     memory: Memory = field(default_factory=Memory)
     log: list = field(default_factory=list)  # (t, decision)
+    cordoned: set = field(default_factory=set)  # groups an operator cordoned
+    kv: dict = field(default_factory=dict)  # group -> fixed KV use (else it follows the load)
+    names: tuple = ()
 
     def __post_init__(self):
-        for name in NAMES:  # every schedule starts with the ceiling ready
-            self.phases[name], self.since[name] = Phase.READY, T0 - 86400
+        self.names = tuple(g.name for g in self.policy.fleet.groups)
+        for i, name in enumerate(self.names):  # every schedule starts with the ceiling ready
+            ready = i < self.policy.fleet.ceiling_groups
+            self.phases[name], self.since[name] = (Phase.READY if ready else Phase.OFF), T0 - 86400
 
     def state(self) -> FleetState:
-        return FleetState({n: GroupState(n, self.phases[n], self.since[n]) for n in NAMES})
+        return FleetState({n: GroupState(n, self.phases[n], self.since[n], n in self.cordoned) for n in self.names})
 
     def ready_count(self) -> int:
         return sum(p is Phase.READY for p in self.phases.values())
@@ -47,7 +53,7 @@ class FakeFleet:
         return sum(p in (Phase.READY, Phase.STARTING) for p in self.phases.values())
 
     def advance(self, now: float) -> None:
-        for n in NAMES:
+        for n in self.names:
             if self.phases[n] is Phase.STARTING and now - self.since[n] >= self.startup_s:
                 self.memory = record_startup(self.memory, now - self.since[n])
                 self.phases[n], self.since[n] = Phase.READY, now
@@ -55,10 +61,11 @@ class FakeFleet:
                 self.phases[n], self.since[n] = Phase.OFF, now
 
     def snapshot(self, now: float, demand: float, problems=()) -> SignalSnapshot:
-        ready = [n for n in NAMES if self.phases[n] is Phase.READY]
+        ready = [n for n in self.names if self.phases[n] is Phase.READY]
         per = demand / len(ready) if ready else 0.0
         slots = self.policy.fleet.requests_per_group
-        groups = {n: GroupSignals(running=min(per, slots), queued=max(per - slots, 0.0), kv_usage=min(per / slots, 1.0))
+        groups = {n: GroupSignals(running=min(per, slots), queued=max(per - slots, 0.0),
+                                  kv_usage=self.kv.get(n, min(per / slots, 1.0)))
                   for n in ready}
         running = sum(g.running for g in groups.values())
         queued = sum(g.queued for g in groups.values())
@@ -223,6 +230,51 @@ def test_drain_interrupted_by_a_surge_returns_the_group():
     assert (d.action, d.groups, d.reason) == (Action.SCALE_UP, ("g3",), Reason.UTILIZATION_HIGH)
     assert "back from draining" in d.detail
     assert f.phases["g3"] is Phase.READY
+
+
+def test_a_cordon_during_a_surge_costs_no_capacity():
+    # Issue 18: g1 ready, g2 starting (ready at T0 + 300) and cordoned by an operator, g3 off.
+    # Demand 26 for 30 minutes needs ceil(26 / 4.2) = 7 groups, then 3 needs 1.
+    policy = make_policy()
+    f = FakeFleet(policy, cordoned={"g2"})
+    f.phases.update(g2=Phase.STARTING, g3=Phase.OFF)
+    f.since.update(g2=T0 - 300)
+    f.run(T0, 3600, lambda t: 26.0 if t < T0 + 1800 else 3.0)
+    acts = [(t - T0, d.action, d.reason, d.groups) for t, d in f.log if d.action is not Action.HOLD]
+    # T0: g2 is leaving, so 1 group serves: g3 starts at once (before: held, action_in_flight).
+    assert acts[0] == (0, Action.SCALE_UP, Reason.UTILIZATION_HIGH, ("g3",))
+    # T0 + 300 g2 ready, T0 + 600 g3 ready: all three serve through the surge; the cordoned g2
+    # keeps serving while the others cannot carry the load, and the holds say so.
+    surge = [d for t, d in f.log if T0 + 600 <= t < T0 + 1800]
+    assert all(d.inputs["ready"] == 3 and d.reason is Reason.AT_CEILING for d in surge)
+    assert all(d.detail.endswith("(g2 stays until the others carry the load)") for d in surge)
+    # T0 + 1800, the first tick at demand 3: g1 and g3 carry it (3 <= 2 x 4.2): g2 is drained then,
+    # and never started again.
+    assert acts[1] == (1800, Action.SCALE_DOWN, Reason.CORDONED, ("g2",))
+    assert all("g2" not in groups for _, a, _, groups in acts if a is Action.SCALE_UP)
+    assert f.phases["g2"] is Phase.OFF
+
+
+def test_a_cap_and_a_cordon_on_four_groups_with_differing_kv():
+    # Four groups, ceiling 3 (g4 off); sessions keep the groups' KV use apart: g1 0.8, g2 0.2, g3
+    # 0.5. g3 is cordoned at 09:00; demand 10 needs ceil(10 / 4.2) = 3 groups all along; a window
+    # caps the fleet at 2 groups from 09:30 to 10:00.
+    cap = {"name": "cap", "days": ["mon"], "start": "09:30", "end": "10:00", "ceiling_groups": 2}
+    policy = make_policy(4, schedules={"windows": [cap]})
+    f = FakeFleet(policy, cordoned={"g3"}, kv={"g1": 0.8, "g2": 0.2, "g3": 0.5})
+    assert f.phases == {"g1": Phase.READY, "g2": Phase.READY, "g3": Phase.READY, "g4": Phase.OFF}
+    f.run(T0, 4500, lambda t: 10.0)
+    acts = [(t - T0, d.action, d.reason, d.groups) for t, d in f.log if d.action is not Action.HOLD]
+    assert acts == [
+        # 09:30: 3 active > cap 2: the cordoned g3 goes, not g2 (least KV) that the victim key names
+        (1800, Action.SCALE_DOWN, Reason.ABOVE_CEILING, ("g3",)),
+        # 10:00: the cap ends, 3 wanted on 2: g4 starts (g3 is cordoned: never a start candidate)
+        (3600, Action.SCALE_UP, Reason.UTILIZATION_HIGH, ("g4",)),
+    ]
+    # 09:00-09:30: g4 would be a fourth active group over the ceiling of 3: g3 keeps serving.
+    assert {d.reason for t, d in f.log if t < T0 + 1800} == {Reason.AT_CEILING}
+    # 09:30-10:00: 2 serve under the cap of 2: held at the ceiling, nothing else drained.
+    assert {d.reason for t, d in f.log if T0 + 1800 < t < T0 + 3600} == {Reason.AT_CEILING}
 
 
 def test_every_reason_code_is_reached_by_some_test(tmp_path):

@@ -8,13 +8,22 @@ Order of the rules (the first that applies decides):
 1. fleet state unknown                      -> hold fleet_unsynced
 2. fewer active groups than the floor       -> scale_up below_floor / pin (no signals needed)
 3. more active groups than the ceiling      -> scale_down above_ceiling / pin (one at a time; any
-                                               load, signals or freeze: the bounds are invariants)
+                                               load, signals or freeze: the bounds are invariants;
+                                               a cordoned group is the first victim)
 4. demand (running + queued over the ready groups that were scraped) and its forecast; scale-up
-   triggers: utilisation, queue, SLO burn, forecast (on a lower bound when some groups are unknown)
-                                            -> scale_up (several groups if the gap needs it),
-                                               or hold at_ceiling / pinned / no_group_available
-5. a signal problem                         -> hold signal_* (never scale down on missing data)
-6. surplus: the remaining groups (less spares) carry current and forecast demand under
+   triggers: utilisation, queue, SLO burn, forecast (on a lower bound when some groups are unknown),
+   against the groups that serve for good (a cordoned group is leaving: not counted)
+                                            -> scale_up (several groups if the gap needs it; reason
+                                               cordoned when the start only replaces cordoned
+                                               groups), or hold at_ceiling / pinned / no_group_available
+5. an active group is cordoned              -> a replacement for the floor (within the ceiling), else
+                                               hold while anything starts or drains or demand is
+                                               unknown, else drain it (cordoned). After the load's
+                                               scale-ups, so that maintenance never costs capacity the
+                                               load needs; before the signal problems, so that the
+                                               floor's replacement needs no signals
+6. a signal problem                         -> hold signal_* (never scale down on missing data)
+7. surplus: the remaining groups (less spares) carry current and forecast demand under
    scale_down.utilization_below, continuously for the stabilisation window, outside the cooldown,
    outside a freeze, within the disruption budget, with a group old enough
                                             -> scale_down surplus (one group), else a hold naming
@@ -24,6 +33,7 @@ Order of the rules (the first that applies decides):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
@@ -96,6 +106,10 @@ class _Tick:
         self.starting = by_phase[Phase.STARTING]
         self.draining = by_phase[Phase.DRAINING]
         self.active = len(self.ready) + len(self.starting)
+        # Cordoned active groups are leaving: capacity while they are there, not counted by the
+        # scale-ups (their replacement starts before they drain). ``serving`` is what stays.
+        self.cordoned = [g for g in self.ready + self.starting if g.cordoned]
+        self.serving = self.active - len(self.cordoned)
         self.bounds: Bounds = effective_bounds(policy, now)
         scaling = policy.scaling
         self.per_group = policy.fleet.requests_per_group * scaling.target_utilization
@@ -194,7 +208,7 @@ def decide(
 ) -> tuple[Decision, Memory]:
     """One decision and the memory to pass to the next tick."""
     t = _Tick(signals, fleet, policy, memory, now)
-    for rule in (_unsynced, _below_floor, _above_ceiling, _cordoned, _scale_up, _signal_problem, _scale_down):
+    for rule in (_unsynced, _below_floor, _above_ceiling, _scale_up, _cordoned, _signal_problem, _scale_down):
         result = rule(t)
         if result is not None:
             return result
@@ -278,13 +292,15 @@ def _scale_up(t: _Tick):
         of = f"at least: {', '.join(t.unknown)} unknown"
     else:
         demand = queued = None
+    serving = t.serving
+    leaving = f" ({', '.join(g.name for g in t.cordoned)} cordoned, not counted)" if t.cordoned else ""
     if demand is not None and queued is not None:
         need = groups_needed(demand, t.per_group) + t.spare
-        if up.on_utilization and need > t.active:
+        if up.on_utilization and need > serving:
             # 11 requests / (6 x 0.7 = 4.2 per group) -> 3 groups
             wants.append((need, Reason.UTILIZATION_HIGH,
                           f"demand {_fmt(demand)} ({of}) "
-                          f"> {t.active} groups x {_fmt(t.per_group)} = {_fmt(t.active * t.per_group)}; "
+                          f"> {serving} groups x {_fmt(t.per_group)} = {_fmt(serving * t.per_group)}{leaving}; "
                           f"needs {need}" + (f" incl. {t.spare} spare" if t.spare else ""), False))
         if (up.queued_per_group_above is not None and ready and queued is not None
                 and queued / ready > up.queued_per_group_above):
@@ -293,10 +309,10 @@ def _scale_up(t: _Tick):
                           f"> {_fmt(up.queued_per_group_above)}", False))
         if t.fc is not None and t.fc.basis != "current":
             need_fc = groups_needed(t.fc.peak, t.per_group) + t.spare
-            if need_fc > t.active:
+            if need_fc > serving:
                 wants.append((need_fc, Reason.FORECAST_HIGH,
                               f"forecast demand {_fmt(t.fc.peak)} ({t.fc.basis}) within {_fmt(t.fc.horizon_s)} s "
-                              f"> {t.active} groups x {_fmt(t.per_group)}; needs {need_fc}", True))
+                              f"> {serving} groups x {_fmt(t.per_group)}{leaving}; needs {need_fc}", True))
     fleet = t.signals.fleet
     capacity_miss = False
     if up.on_slo_burn and ready and fleet.ttft_p99_s is not None and fleet.ttft_p99_s > policy.slo.ttft_target_s:
@@ -320,21 +336,39 @@ def _scale_up(t: _Tick):
     if not wants:
         return None
     want, reason, detail, on_forecast = max(wants, key=lambda w: w[0])  # first of equals wins (list order)
-    if want <= t.active:
+    if want <= serving:
         return None
-    allowed = min(want, t.bounds.ceiling, t.active + up.max_groups_per_decision)
-    if allowed <= t.active:  # demand wants more: no surplus, whatever the ceiling says
-        if t.bounds.pinned:
-            return _hold(t, Reason.PINNED, f"{detail}; but pinned at {t.bounds.ceiling} groups until "
-                         f"{policy.schedules.pin.until.isoformat()}", _no_surplus(t.memory))  # type: ignore[union-attr]
-        if t.bounds.floor_over_cap:
-            return _hold(t, Reason.FLOOR_OVER_CAP, f"{detail}; but held at the floor {t.bounds.floor} "
-                         f"({t.bounds.ceiling_source})", _no_surplus(t.memory))
-        return _hold(t, Reason.AT_CEILING, f"{detail}; but already at ceiling {t.bounds.ceiling} "
-                     f"({t.bounds.ceiling_source})", _no_surplus(t.memory))
-    if allowed < want:
-        detail += f" (limited to {allowed}: ceiling {t.bounds.ceiling}, at most +{up.max_groups_per_decision} per decision)"
-    return _start(t, allowed - t.active, reason, detail, forecast_used=on_forecast)
+    if t.cordoned:
+        names = ", ".join(g.name for g in t.cordoned)
+        if want <= t.active:  # the groups there would do, but the cordoned ones are leaving
+            reason = Reason.CORDONED
+            detail = f"{names} cordoned: {detail}, so a replacement starts before it drains"
+        else:
+            detail += f"; {names} cordoned"
+    # Cordoned groups still count against the ceiling (they are running): 7 wanted on g1 ready and
+    # g2 starting, cordoned, ceiling 3 -> serving 1, min(7 - 1, 3 - 2, +2) = 1 start (g3).
+    starts = min(want - serving, t.bounds.ceiling - t.active, up.max_groups_per_decision)
+    if starts <= 0:  # demand wants more: no surplus, whatever the ceiling says
+        keeps = f" ({', '.join(g.name for g in t.cordoned)} stays until the others carry the load)" \
+            if t.cordoned else ""
+        return _bound_hold(t, detail, keeps)
+    if starts < want - serving:
+        detail += (f" (limited to {t.active + starts}: ceiling {t.bounds.ceiling}, at most "
+                   f"+{up.max_groups_per_decision} per decision)")
+    return _start(t, starts, reason, detail, forecast_used=on_forecast)
+
+
+def _bound_hold(t: _Tick, detail: str, keeps: str = ""):
+    """The hold when more groups are wanted than the ceiling allows: pinned, the floor over a cap,
+    or the ceiling itself."""
+    if t.bounds.pinned:
+        return _hold(t, Reason.PINNED, f"{detail}; but pinned at {t.bounds.ceiling} groups until "
+                     f"{t.policy.schedules.pin.until.isoformat()}{keeps}", _no_surplus(t.memory))  # type: ignore[union-attr]
+    if t.bounds.floor_over_cap:
+        return _hold(t, Reason.FLOOR_OVER_CAP, f"{detail}; but held at the floor {t.bounds.floor} "
+                     f"({t.bounds.ceiling_source}){keeps}", _no_surplus(t.memory))
+    return _hold(t, Reason.AT_CEILING, f"{detail}; but already at ceiling {t.bounds.ceiling} "
+                 f"({t.bounds.ceiling_source}){keeps}", _no_surplus(t.memory))
 
 
 def _signal_problem(t: _Tick):
@@ -373,39 +407,56 @@ def _above_ceiling(t: _Tick):
     freeze = active_freeze(t.policy, t.now)
     if freeze:
         detail += f" (inside freeze window {freeze}: the ceiling wins)"
-    victim = choose_victim(t.ready, t.order, dict(t.signals.groups))
+    # A cordoned group is leaving anyway: it goes first (else the cap and then the cordon would
+    # cost two groups); among several, and otherwise, the victim key (core/victim.py).
+    cordoned = [g for g in t.ready if g.cordoned]
+    if cordoned:
+        detail += f" ({', '.join(g.name for g in cordoned)} cordoned: first)"
+    victim = choose_victim(cordoned or t.ready, t.order, dict(t.signals.groups))
     return _drain(t, victim.name, reason, detail)  # type: ignore[union-attr]
 
 
 def _cordoned(t: _Tick):
-    """An active group an operator cordoned is drained, one at a time; when that would leave fewer
-    active groups than the floor, a replacement is started first (and the decision says so when
-    no group can be). No signals needed: a cordon is maintenance, not a load decision."""
-    cordoned = [g for g in t.ready + t.starting if g.cordoned]
-    if not cordoned:
+    """An active group an operator cordoned is drained, one at a time, once that costs nothing the
+    floor or the load needs. The scale-ups (the rule before) already started what the load needs
+    without it; here: a replacement first when draining would leave fewer groups than the floor
+    (within the ceiling: at the ceiling the cordoned group keeps serving, and the hold says so);
+    then no drain while any group starts or drains (one change at a time, and a starting group
+    is capacity on its way, not yet in service) or while demand is unknown (never scale down on
+    missing data; the floor's replacement needs no signals)."""
+    if not t.cordoned:
         return None
-    names = ", ".join(g.name for g in cordoned)
-    if t.draining:
-        busy = ", ".join(g.name for g in t.draining)
-        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{names} cordoned; waiting for {busy} to finish draining",
-                     _no_surplus(t.memory))
-    # Only groups that serve count for the floor: a replacement still starting is not capacity yet.
-    keep = sum(1 for g in t.ready if not g.cordoned)
+    names = ", ".join(g.name for g in t.cordoned)
     floor = t.bounds.floor
-    if keep >= floor:
-        ready = [g for g in t.ready if g.cordoned]
-        if not ready:
-            return _hold(t, Reason.ACTION_IN_FLIGHT, f"{names} cordoned while starting; draining it once it is ready",
-                         _no_surplus(t.memory))
-        victim = min(ready, key=lambda g: t.order[g.name])
-        return _drain(t, victim.name, Reason.CORDONED,
-                      f"{victim.name} is cordoned by an operator; {keep} other ready groups keep floor {floor}")
-    replacements = [g for g in t.starting if not g.cordoned]
-    if replacements:
-        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{names} cordoned; waiting for the replacement "
-                     f"{', '.join(g.name for g in replacements)} before draining", _no_surplus(t.memory))
-    return _start(t, 1, Reason.CORDONED, f"{names} cordoned: draining would leave {keep} ready groups, below "
-                  f"floor {floor}, so a replacement starts first")
+    if t.serving < floor:
+        # floor 2, g1 ready, g2 ready and cordoned, g3 draining: serving 1 < 2 -> g3 back from draining
+        detail = f"{names} cordoned: draining would leave {t.serving} groups, below floor {floor}"
+        room = t.bounds.ceiling - t.active
+        if room <= 0:
+            return _bound_hold(t, f"{detail}, and no room for a replacement",
+                               f" ({names} stays until the bounds allow a replacement)")
+        return _start(t, min(floor - t.serving, room), Reason.CORDONED, f"{detail}, so a replacement starts first")
+    if t.starting or t.draining:
+        waits = []
+        replacements = [g.name for g in t.starting if not g.cordoned]
+        if replacements:
+            waits.append(f"waiting for the replacement {', '.join(replacements)} before draining")
+        if any(g.cordoned for g in t.starting):
+            waits.append(f"{', '.join(g.name for g in t.starting if g.cordoned)} cordoned while starting: "
+                         "draining it once it is ready")
+        if t.draining:
+            waits.append(f"waiting for {', '.join(g.name for g in t.draining)} to finish draining")
+        return _hold(t, Reason.ACTION_IN_FLIGHT, f"{names} cordoned; {'; '.join(waits)}", _no_surplus(t.memory))
+    if t.demand is None:
+        held = _signal_problem(t)
+        assert held is not None  # without demand it always holds
+        return replace(held[0], detail=f"{names} cordoned, not drained yet: {held[0].detail}"), held[1]
+    victim = min(t.cordoned, key=lambda g: t.order[g.name])  # every one is ready: nothing starts
+    others = len(t.ready) - 1
+    return _drain(t, victim.name, Reason.CORDONED,
+                  f"{victim.name} is cordoned by an operator; {others} other ready groups keep floor {floor} "
+                  f"and carry demand {_fmt(t.demand)} ({others} x {_fmt(t.per_group)} = "
+                  f"{_fmt(others * t.per_group)} at target)")
 
 
 def _fmt_pct(p: float) -> str:

@@ -52,7 +52,7 @@ class Reason(StrEnum):
     # scale_down
     ABOVE_CEILING = "above_ceiling"  # more active groups than the effective ceiling (a schedule cap)
     # scale_down or scale_up
-    CORDONED = "cordoned"  # an operator cordoned an active group: drain it (a replacement first if the floor needs one)
+    CORDONED = "cordoned"  # an operator cordoned an active group: drain it (a replacement first if the floor or the load needs one)
     SURPLUS = "surplus"  # the remaining groups carry demand and forecast under the threshold
 
 
