@@ -184,6 +184,31 @@ def test_operator_controls_are_obeyed_within_one_tick(tmp_path, workers):
     ledger.close()
 
 
+def test_a_long_tick_interval_never_locks_out_reloads_and_controls(tmp_path, workers):
+    # tick_interval_s 120: a pause and a reverted edit are obeyed within seconds (the watch runs
+    # every 2 s between ticks), not at the next decision two minutes later.
+    policy = advisory_policy(tmp_path / "p.yaml", workers, scaling={"tick_interval_s": 120},
+                             forecast={"trend_window_s": 600})
+    db = f"sqlite:///{tmp_path}/l.db"
+    proc, url = run_proc(tmp_path, policy, db)
+    with proc:
+        first = wait_until(lambda: (st := status(url))["last_decision"] and st, 20, what="first tick", proc=proc)
+        assert cli(["pause", "--db", db, "--reason", "incident", "--by", "alice"]) == 0
+        wait_until(lambda: status(url)["paused"], 8, what="pause obeyed within seconds", proc=proc)
+        data = yaml.safe_load(policy.read_text())
+        data["scaling"]["tick_interval_s"] = 1
+        policy.write_text(yaml.safe_dump(data, sort_keys=False))
+        wait_until(lambda: status(url)["policy"]["hash"] != first["policy"]["hash"], 8, what="edit applied", proc=proc)
+        # the new 1 s interval is in force now: decisions follow every second
+        seen: set[str] = set()
+
+        def three_more_decisions() -> bool:
+            seen.add(status(url)["last_decision"]["at"])
+            return len(seen) >= 4
+
+        wait_until(three_more_decisions, 15, what="ticking every second", proc=proc)
+
+
 def test_sqlite_second_instance_refuses_naming_the_holder_and_restart_after_sigkill_works(tmp_path, workers):
     policy = advisory_policy(tmp_path / "p.yaml", workers)
     db = f"sqlite:///{tmp_path}/l.db"

@@ -66,6 +66,7 @@ SHUTDOWN_BUDGET_S = 25.0  # SIGTERM -> exit 0 within 30 s
 CUT_AFTER_S = 18.0  # an act still running this long after SIGTERM is cut (its kill and record fit the rest)
 HTTP_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
 HTTP_MAX_CONNECTIONS = 32  # more at once are refused: an idle client never holds a thread for ever
+WATCH_S = 2.0  # the policy file and new operator controls are looked at this often, whatever the tick interval
 COMPACT_EVERY_S = 3600.0  # fold old hold decisions once an hour ...
 COMPACT_OLDER_THAN_S = 7 * 86400.0  # ... when they are older than a week (a 15 s tick writes 5,760 a day)
 
@@ -151,6 +152,7 @@ class Service:
         self.fence = Fence(leading=self.leadership.leading, instance=self.instance, cut=self._cut)
         self.reload_refused: str | None = None
         self.last_tick_ok: bool | None = None  # --once exits 1 when its tick failed
+        self._control_kicked: int | None = None  # the control the watch last ran a tick for
         self._interrupted_seen = 0
         self._tick_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
@@ -252,6 +254,35 @@ class Service:
                 log.exception("lease renewal failed; retrying")
             if self._led and not self.leadership.leading() and self._deposed is None and not self._stop.is_set():
                 self.renew()  # the deadline passed without a successful renewal: settle it now
+
+    def watch(self) -> None:
+        """Between ticks, every ``WATCH_S``: a policy edit is applied (a long ``tick_interval_s``
+        reverted takes effect now, not an interval later), and a newly recorded operator control
+        (pause, pin, cordon) runs the next tick at once. Never waits on a tick in progress."""
+        if self._stop.is_set() or self.controller is None or not self._tick_lock.acquire(blocking=False):
+            return
+        try:
+            if not self.leadership.leading():
+                return
+            self._reload_policy()
+            latest = self._latest_control()
+            seen = self._controls_cache[0] if self._controls_cache is not None else latest  # by the last tick
+            if latest != seen and latest != self._control_kicked:
+                self._control_kicked = latest
+                log.info("a new operator control was recorded: ticking now")
+                self._kick_tick()
+        except Exception:  # noqa: BLE001 - a watch that fails is tried again in WATCH_S
+            log.exception("watch failed")
+        finally:
+            self._tick_lock.release()
+
+    def _latest_control(self) -> int | None:
+        from sqlalchemy import func, select
+
+        from autoscaler.ledger.models import OperatorControlRow
+
+        with self.ledger._read() as conn:
+            return conn.execute(select(func.max(OperatorControlRow.id))).scalar()
 
     def _kick_tick(self) -> None:
         if self._scheduler is not None and self._scheduler.running:
@@ -570,6 +601,8 @@ class Service:
         sched = self._scheduler = BackgroundScheduler(timezone="UTC")
         sched.add_job(self.tick, IntervalTrigger(seconds=interval), id="tick", max_instances=1, coalesce=True,
                       misfire_grace_time=max(1, int(interval)), next_run_time=None)
+        sched.add_job(self.watch, IntervalTrigger(seconds=WATCH_S), id="watch", max_instances=1, coalesce=True,
+                      misfire_grace_time=max(1, int(WATCH_S)))
         sched.start()
         sched.modify_job("tick", next_run_time=datetime.now(timezone.utc))  # the first tick at once
         self._lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
