@@ -248,3 +248,19 @@ def test_postgres_takeover_after_sigkill_within_30_s_with_a_new_epoch(tmp_path, 
             assert s["epoch"] == epoch + 1
             assert metric(url_b, "autoscaler_leader") == 1.0
             wait_until(lambda: status(url_b)["last_decision"], 10, what="b decides", proc=b)
+
+
+def test_run_once_exits_1_when_its_tick_fails(tmp_path, workers):
+    # The decision cannot be recorded (a trigger refuses every insert into decisions): the tick
+    # fails, so --once must not report success.
+    import sqlite3
+
+    policy = advisory_policy(tmp_path / "p.yaml", workers)
+    db_file = tmp_path / "l.db"
+    Ledger(f"sqlite:///{db_file}").close()
+    with sqlite3.connect(db_file) as conn:
+        conn.execute("CREATE TRIGGER no_decisions BEFORE INSERT ON decisions BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    proc, _url = run_proc(tmp_path, policy, f"sqlite:///{db_file}", "--once")
+    with proc:
+        assert proc.wait(60) == 1, proc.log()[-2000:]
+        assert "--once: the tick failed" in proc.log()
