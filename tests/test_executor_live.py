@@ -533,3 +533,50 @@ def test_a_gateway_that_cannot_be_used_fires_the_register_deadline_and_never_inf
     samples = [s for r in reports for s in r.startup_samples]
     assert len(samples) == 1 and samples[0] <= healthy_after + 0.5, (samples, healthy_after)
     dead.close()
+
+
+def test_a_failed_group_still_running_after_its_stop_is_stopped_again_cordoned_or_not(fleet, gw):
+    # Its stop failed, was cut, or never ran (a crash between the mark and the act): the records
+    # say the stop was issued long ago, the worker still runs. It must not be left running.
+    f = fleet(lifecycle={"status_sweep_s": 1, "stop_deadline_s": 2})
+    f.start("g1")
+    rec = f.executor.records["g1"]
+    long_ago = time.time() - 60
+    f.executor._write(rec.with_(phase="failed", since=long_ago, cordoned=True, retry_at=None, cause="test",
+                                stop_issued_at=long_ago, worker_id=None), time.time(), "failed", "test")
+    f.reconcile_until(lambda: not f.running("g1"), 20, what="the failed group stopped again")
+    stops = [a for a in f.live.actions("g1") if a["kind"] == "stop"]
+    assert stops and "again (forced)" in stops[-1]["detail"]
+    f.reconcile_until(lambda: f.executor.node_states["g1"][0] != "active", 10, what="no longer charged")
+
+
+def test_a_group_dropped_while_running_is_refused_at_start_and_kept_when_added_back(fleet, gw, tmp_path):
+    from autoscaler.service.executor import Executor
+
+    f = fleet()
+    f.start("g3")
+    smaller = write_policy(tmp_path / "two.yaml", ports=[int(u.rsplit(":", 1)[1]) for u in f.urls],
+                           fleet={"ceiling_groups": 2, "groups": [g.model_dump(mode="json")
+                                                                  for g in f.policy.fleet.groups[:2]]})
+    from autoscaler.policy.loader import load_policy
+
+    two = load_policy(smaller).policy
+    with pytest.raises(RuntimeFailure, match=r"g3 \(ready\) may be running but the policy does not name it"):
+        Executor(two, f.live, f.gateway, f.actuator, f.probe, run_id=f.run_id, epoch=1)
+    # Added back by a reload (the executor had forgotten it): what the records say of it is kept
+    # (ready), not a fresh "off" that the next write would find illegal against the stored row.
+    del f.executor.records["g3"]
+    f.executor.set_policy(f.policy)
+    assert f.executor.records["g3"].phase == "ready"
+
+
+def test_the_fence_refuses_an_act_of_an_older_epoch_even_to_a_leader():
+    from autoscaler.service.executor import Fence
+
+    epoch = [1]
+    fence = Fence(leading=lambda: True, epoch=lambda: epoch[0])
+    assert fence.may_act(1)
+    epoch[0] = 3  # frozen, taken over, and back with a newer lease: the old epoch's acts are stale
+    assert not fence.may_act(1) and fence.may_act(3)
+    fence.cut.set()
+    assert not fence.may_act(3)

@@ -106,9 +106,15 @@ class Fence:
     leading: Callable[[], bool] = lambda: True
     instance: str = "local"
     cut: threading.Event = field(default_factory=threading.Event)
+    epoch: Callable[[], int] | None = None  # the lease's epoch now: an act needs the executor's own
+    stopping: threading.Event = field(default_factory=threading.Event)  # SIGTERM: no new act starts
 
-    def may_act(self) -> bool:
-        return not self.cut.is_set() and self.leading()
+    def may_act(self, epoch: int | None = None) -> bool:
+        """May an act of ``epoch`` run (or go on running) now? Never after a takeover, even if
+        this instance took the lease back with a newer epoch (it woke from a freeze)."""
+        if self.cut.is_set() or not self.leading():
+            return False
+        return epoch is None or self.epoch is None or self.epoch() == epoch
 
 
 @dataclass
@@ -165,6 +171,12 @@ class Executor:
     def _load_records(self) -> dict[str, GroupRecord]:
         stored = self.live.groups()
         now = self.clock()
+        kept = set(self.policy.fleet.group_names())
+        dropped = [f"{n} ({r.phase})" for n, r in stored.items() if n not in kept and r.phase != "off"]
+        if dropped:
+            # A group the policy no longer names but the records say may run: never silently forgotten.
+            raise RuntimeFailure(f"the records say {', '.join(dropped)} may be running but the policy does not name "
+                                 f"it: put it back in fleet.groups (then `autoscaler cordon` drains and stops it)")
         out: dict[str, GroupRecord] = {}
         for g in self.policy.fleet.groups:
             rec = stored.get(g.name) or GroupRecord(g.name, "off", now, worker_url=g.worker_url)
@@ -181,9 +193,11 @@ class Executor:
             self.actuator = actuator
         self.probe.health_timeout_s = policy.lifecycle.health_timeout_s
         now = self.clock()
+        stored = self.live.groups()
         for g in policy.fleet.groups:
-            if g.name not in self.records:
-                self.records[g.name] = GroupRecord(g.name, "off", now, worker_url=g.worker_url)
+            if g.name not in self.records:  # a group added back keeps what the records say of it
+                rec = stored.get(g.name) or GroupRecord(g.name, "off", now, worker_url=g.worker_url)
+                self.records[g.name] = rec.with_(worker_url=g.worker_url)
         for name in list(self.records):
             if name not in policy.fleet.group_names():
                 del self.records[name]  # off (checked by the service): nothing left to reconcile
@@ -250,10 +264,12 @@ class Executor:
         return action_id
 
     def _ctx(self) -> ActContext:
-        return ActContext(self.epoch, self.fence.instance, abort=lambda: not self.fence.may_act())
+        return ActContext(self.epoch, self.fence.instance, abort=lambda: not self.fence.may_act(self.epoch))
 
     def _may_act(self, group: str, kind: str) -> None:
-        if not self.fence.may_act():
+        if self.fence.stopping.is_set():
+            raise NotLeading(f"shutting down: {kind} {group} not started")
+        if not self.fence.may_act(self.epoch):
             raise NotLeading(f"not leading: {kind} {group} not done")
         busy = self._busy.get(group)
         if busy is not None:
@@ -280,7 +296,7 @@ class Executor:
             except RuntimeFailure as exc:
                 raise RecordsUnavailable(f"records unavailable, not doing {kind} {group}: {exc}") from exc
         fault_point(f"before_act:{kind}")
-        if not self.fence.may_act():
+        if not self.fence.may_act(self.epoch):
             # Frozen or deposed between the intent and the act: never act. The result write is
             # refused by the database if another leader took over; the new one settles the intent.
             log.error("%s %s not done: leadership lost between its intent and the act", kind, group)
@@ -357,12 +373,15 @@ class Executor:
 
     # ---------------------------------------------------------------------------- older acts
     def _act_timeout_s(self, kind: str) -> float:
-        """How long an act of ``kind`` can run at most: a command actuator runs up to two commands per
-        node in a row (power_on + start, stop + power_off), each bounded by ``timeout_s``."""
+        """How long an act of ``kind`` can run at most: a command actuator's start runs up to four
+        commands per node in a row (power_on, start, then stop and power_off of the half that came
+        up), a stop two (stop, power_off), each bounded by ``timeout_s``."""
         if kind in ("register", "deregister"):
             return 30.0
         timeout = getattr(self.policy.actuator, "timeout_s", 60.0)
-        return 2 * timeout + 5.0 if self.actuator.kind == "command" else 15.0
+        if self.actuator.kind != "command":
+            return 15.0
+        return (4 if kind == "start" else 2) * timeout + 5.0
 
     def _settle_open_intents(self, now: float, report: TickReport) -> None:
         """Intents without a result from an older epoch (a crash, or a leader deposed mid-act): each
@@ -688,7 +707,8 @@ class Executor:
         deadline = self.policy.lifecycle.stop_deadline_s
         if waited > deadline:
             if waited > 2 * deadline:
-                self._write(rec.with_(phase="failed", since=now, cause=f"did not stop: {detail}", stop_issued_at=now),
+                self._write(rec.with_(phase="failed", since=now, cause=f"did not stop: {detail}", stop_issued_at=now,
+                                      retry_at=now + self.policy.lifecycle.backoff_s(max(1, rec.attempts + 1))),
                             now, "failed", f"did not stop within {2 * deadline:g} s ({detail})")
             self._act(g.name, "stop", f"stop {g.name} again (forced): still {state.value} after {waited:.0f} s",
                       lambda ctx: self.actuator.stop(g, force=True, ctx=ctx))
@@ -706,6 +726,14 @@ class Executor:
                 self._write(rec, now, None, node_state="active")
         if self._listed_at(g.worker_url):
             self._deregister(rec)
+        running = status is not None and status[0] in (GroupStatus.RUNNING, GroupStatus.PARTIAL)
+        if running and now - rec.stop_issued_at > self.policy.lifecycle.stop_deadline_s:
+            # Its stop failed, was cut or never ran (a crash between the mark and the act): stop it
+            # again, cordoned or not, in backoff or not. A failed group is never left running.
+            self._act(g.name, "stop", f"stop the failed {g.name} again (forced): still {status[0].value} "
+                      f"{now - rec.stop_issued_at:.0f} s after its stop",
+                      lambda ctx: self.actuator.stop(g, force=True, ctx=ctx), mark=rec.with_(stop_issued_at=now))
+            return
         if rec.cordoned or rec.retry_at is None or now < rec.retry_at:
             return
         status = status or self._status(g)

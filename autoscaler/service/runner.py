@@ -149,7 +149,9 @@ class Service:
         self._led = False  # this process has led: losing the lease then ends it
         self._lease_thread: threading.Thread | None = None
         self._lease_stop = threading.Event()
-        self.fence = Fence(leading=self.leadership.leading, instance=self.instance, cut=self._cut)
+        self.fence = Fence(leading=self.leadership.leading, instance=self.instance, cut=self._cut,
+                           epoch=lambda: int(self.leadership.epoch))
+        self._led_epoch: int | None = None
         self.reload_refused: str | None = None
         self.last_tick_ok: bool | None = None  # --once exits 1 when its tick failed
         self._control_kicked: int | None = None  # the control the watch last ran a tick for
@@ -234,9 +236,17 @@ class Service:
         self.leader_state = state
         self.metrics.leader.set(1 if state.leader else 0)
         self.metrics.epoch.set(state.epoch or 0)
-        if state.leader and self.leadership.leading():
+        if state.leader and self.leadership.leading() and self._led_epoch not in (None, state.epoch) \
+                and self._deposed is None and not self._stop.is_set():
+            # Led with one epoch, now holds another: someone else led in between (this instance was
+            # frozen or cut off). Its records and its act in flight are stale: end, as on a loss.
+            self._deposed = f"the lease was taken over in between (epoch {self._led_epoch} -> {state.epoch})"
+            log.error("no longer leading (%s): exiting so that the supervisor restarts this instance as a standby",
+                      self._deposed)
+            self._stop.set()
+        elif state.leader and self.leadership.leading():
             if not self._led:
-                self._led = True
+                self._led, self._led_epoch = True, state.epoch
                 self._kick_tick()  # the controller is built by the next tick, at once
         elif self._led and self._deposed is None and not self._stop.is_set():
             self._deposed = (f"lease held by {state.holder}" if state.holder and state.holder != self.instance
@@ -261,6 +271,7 @@ class Service:
         (pause, pin, cordon) runs the next tick at once. Never waits on a tick in progress."""
         if self._stop.is_set() or self.controller is None or not self._tick_lock.acquire(blocking=False):
             return
+        kick = False
         try:
             if not self.leadership.leading():
                 return
@@ -269,12 +280,14 @@ class Service:
             seen = self._controls_cache[0] if self._controls_cache is not None else latest  # by the last tick
             if latest != seen and latest != self._control_kicked:
                 self._control_kicked = latest
-                log.info("a new operator control was recorded: ticking now")
-                self._kick_tick()
+                kick = True
         except Exception:  # noqa: BLE001 - a watch that fails is tried again in WATCH_S
             log.exception("watch failed")
         finally:
             self._tick_lock.release()
+        if kick:  # after the lock is released, so the tick it asks for is not skipped
+            log.info("a new operator control was recorded: ticking now")
+            self._kick_tick()
 
     def _latest_control(self) -> int | None:
         from sqlalchemy import func, select
@@ -299,6 +312,8 @@ class Service:
             return False
         if self.controller is not None and self.controller.epoch == state.epoch:
             return True
+        if self.controller is not None:  # a new epoch under a running controller: deposed (renew ends it)
+            return False
         try:
             self._become_leader(state.epoch)
         except AutoscalerError as exc:
@@ -308,7 +323,7 @@ class Service:
         return True
 
     def tick(self) -> None:
-        if not self._tick_lock.acquire(blocking=False):
+        if not self._tick_lock.acquire(timeout=1.0):  # the watch holds it for milliseconds
             return  # a tick is still running: this one is skipped (APScheduler also never overlaps)
         t0 = time.monotonic()
         try:
@@ -503,7 +518,7 @@ class Service:
             if isinstance(c.executor, Executor):
                 groups = {n: {"phase": CORE_PHASE[r.phase].value, "since": iso(r.since),
                               "cordoned": r.cordoned or n in c.controls.cordoned}
-                          for n, r in c.executor.records.items()}
+                          for n, r in list(c.executor.records.items())}
             else:
                 groups = {n: {"phase": g.phase.value, "since": iso(g.since), "cordoned": n in c.controls.cordoned}
                           for n, g in c.executor.fleet_state().groups.items()}
@@ -588,6 +603,10 @@ class Service:
             self.leadership.acquire()  # SQLite: a second instance exits 1 naming the holder (LeaseHeld)
         self.renew()
         if once:
+            # The lease is renewed during the one tick too: a start longer than the renew deadline
+            # is not cut for want of a renewal.
+            self._lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
+            self._lease_thread.start()
             if not self._lead():
                 state = self.leader_state
                 raise RuntimeFailure(f"not the leader: the lease is held by {state.holder if state else 'another instance'}")
@@ -611,20 +630,26 @@ class Service:
 
         def on_signal(signum, _frame) -> None:
             received.append(signal.Signals(signum).name)
+            self.fence.stopping.set()  # no new act from here on; the one in flight may finish
             self._stop.set()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
         while not self._stop.wait(0.5):
             pass
-        if self._deposed is not None and not received:
-            self.shutdown(f"lost the lease: {self._deposed}")
-            return 1
-        self.shutdown(received[0] if received else "stopped")
-        return 0
+        code = 1 if self._deposed is not None and not received else 0
+        self.shutdown(f"lost the lease: {self._deposed}" if code else (received[0] if received else "stopped"))
+        if self._tick_lock.locked():
+            # A tick still blocked past the budget (a status command that ignores its timeout): the
+            # records are written and the lease released or expiring; do not wait on it.
+            log.error("a tick is still running after the shutdown's budget; exiting without it")
+            logging.shutdown()
+            os._exit(code)
+        return code
 
     def shutdown(self, why: str) -> None:
         self._stop.set()
+        self.fence.stopping.set()  # the act in flight may finish; no new one starts
         t0 = time.monotonic()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)  # no new tick; the lease thread keeps renewing
