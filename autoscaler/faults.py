@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 ENV = "AUTOSCALER_FAULTS"
 _fired: set[str] = set()
@@ -35,3 +36,6 @@ def fault_point(where: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         elif action == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
+            # The group stop reaches every thread a moment after kill() returns: wait here for it,
+            # so this thread freezes at this point, not a few statements further on.
+            time.sleep(0.2)
