@@ -22,7 +22,7 @@ from autoscaler.core.types import Action, GroupSignals, Memory, Phase, SignalSna
 from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.service.executor import Executor, RecordsUnavailable
-from tests.support.live import LiveFleet, StreamingLoad, decision, kill_workers, write_policy
+from tests.support.live import LiveFleet, StreamingLoad, active_node_seconds, decision, kill_workers, write_policy
 from tests.support.procs import PYTHON, Proc, start_gateway, wait_until
 
 
@@ -460,14 +460,8 @@ def test_a_drain_timing_out_with_unreadable_worker_metrics_records_the_cut_as_un
 
 
 def _active_seconds(f: LiveFleet, group: str) -> float:
-    with f.ledger.engine.connect() as conn:
-        rows = conn.execute(text("SELECT start_at, end_at FROM node_intervals WHERE group_name = :g "
-                                 "AND state = 'active' AND run_id = :r"), {"g": group, "r": f.run_id}).all()
-    from autoscaler.ledger.models import EpochTime
-
-    conv, now = EpochTime(), time.time()
-    return sum((conv.process_result_value(e, f.ledger.engine.dialect) if e is not None else now)
-               - conv.process_result_value(s, f.ledger.engine.dialect) for s, e in rows) / 2
+    nodes = tuple(n.name for n in f.executor.group(group).nodes)
+    return active_node_seconds(f.ledger.engine, nodes, run_id=f.run_id)
 
 
 def test_the_status_sweep_adopts_a_running_group_the_records_call_off_and_charges_it(fleet, gw, tmp_path):

@@ -32,7 +32,7 @@ from sqlalchemy import create_engine, text
 
 from autoscaler.cli import main as cli
 from tests.support.fleet_script import calls, worker_pids
-from tests.support.live import write_policy
+from tests.support.live import active_node_seconds, write_policy
 from tests.support.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.support.procs import PYTHON, Proc, free_port, gateway, wait_until
 
@@ -253,21 +253,9 @@ def _agree(db: str, policy: Path, gw_url: str) -> dict | None:
 def _charged_active_s(db: str, nodes: tuple[str, str]) -> float:
     engine = create_engine(db)
     try:
-        with engine.connect() as conn:
-            rows = conn.execute(text("SELECT node, start_at, end_at FROM node_intervals WHERE state = 'active'")).all()
+        return active_node_seconds(engine, nodes)
     finally:
         engine.dispose()
-    from autoscaler.ledger.models import EpochTime
-
-    conv = EpochTime()
-    total = 0.0
-    now = time.time()
-    for node, start, end in rows:
-        if node in nodes:
-            s = conv.process_result_value(start, engine.dialect)
-            e = conv.process_result_value(end, engine.dialect) if end is not None else now
-            total += e - s
-    return total / len(nodes)
 
 
 def _ran_s(folder: Path, group: str) -> float:

@@ -388,8 +388,8 @@ class Executor:
         may still be running until its timeout; then it is settled as abandoned. The row keeps its
         epoch; this leader's goes into ``result_epoch``."""
         for action in self.live.open_actions():
-            if action.epoch >= self.epoch and action.group in self._busy:
-                continue
+            if action.epoch >= self.epoch:
+                continue  # this leader's own: its acts run in this thread, so none is still running
             until = action.intent_at + self._act_timeout_s(action.kind)
             what = f"{action.kind} by epoch {action.epoch} (intent at {action.intent_at:.0f})"
             if now < until:

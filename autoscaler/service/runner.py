@@ -197,13 +197,9 @@ class Service:
     def _controls(self, now: float) -> Controls:
         """The operator controls in force. Recomputed only when a new control was recorded (one
         cheap max(id) query a tick instead of three) or when the pin in force expires."""
-        from sqlalchemy import func, select
-
-        from autoscaler.ledger.models import OperatorControlRow
         from autoscaler.service import controls as ctl
 
-        with self.ledger._read() as conn:
-            latest = conn.execute(select(func.max(OperatorControlRow.id))).scalar()
+        latest = self._latest_control()
         cached = self._controls_cache
         if cached is not None and cached[0] == latest and (cached[1].pin is None or now < cached[1].pin.until):
             return cached[1]
@@ -290,6 +286,7 @@ class Service:
             self._kick_tick()
 
     def _latest_control(self) -> int | None:
+        """The newest operator control's id (None: none yet): one cheap max(id) query."""
         from sqlalchemy import func, select
 
         from autoscaler.ledger.models import OperatorControlRow

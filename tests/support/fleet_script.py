@@ -26,13 +26,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from autoscaler.actuators.local import port_open
 
 
 def _log(folder: Path, entry: dict) -> None:
@@ -48,9 +49,7 @@ def _config(folder: Path) -> dict:
 
 
 def _port_open(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-        return True
-    return False
+    return port_open("127.0.0.1", port)
 
 
 def _alive(pid_file: Path) -> bool:

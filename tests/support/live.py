@@ -174,3 +174,25 @@ class StreamingLoad:
     @staticmethod
     def failures(results: list) -> list:
         return [r for r in results if r.status != 200 or not r.done or r.error]
+
+
+def active_node_seconds(engine, nodes: tuple[str, ...], *, run_id: int | None = None) -> float:
+    """Seconds the ledger charged each of ``nodes`` as active (an open interval counts to now),
+    averaged over them; every run, or only ``run_id``."""
+    from sqlalchemy import text
+
+    from autoscaler.ledger.models import EpochTime
+
+    query = "SELECT node, start_at, end_at FROM node_intervals WHERE state = 'active'"
+    params: dict = {}
+    if run_id is not None:
+        query, params = query + " AND run_id = :r", {"r": run_id}
+    with engine.connect() as conn:
+        rows = conn.execute(text(query), params).all()
+    conv, now = EpochTime(), time.time()
+    total = 0.0
+    for node, start, end in rows:
+        if node in nodes:
+            begin = conv.process_result_value(start, engine.dialect)
+            total += (conv.process_result_value(end, engine.dialect) if end is not None else now) - begin
+    return total / len(nodes)
