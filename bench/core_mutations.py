@@ -48,7 +48,7 @@ M = [
  # issue 18: the numbers (tests/test_core_numbers.py)
  ("autoscaler/core/risk.py", "ahead = [m for i, m in closed if k < i <= cur[0]]", "ahead = [m for i, m in closed if k < i < cur[0]]", f"{N}::test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time"),
  ("autoscaler/core/risk.py", "k = cur[0] - ell  #", "k = cur[0] - ell + 1  #", f"{N}::test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time"),
- ("autoscaler/core/risk.py", "return max(1, math.ceil(lead_s / MINUTE_S - 1e-9))", "return max(1, round(lead_s / MINUTE_S))", f"{N}::test_lead_minutes"),
+ ("autoscaler/core/risk.py", "return max(1, math.ceil(lead_s / minute_s - 1e-9))", "return max(1, round(lead_s / minute_s))", f"{N}::test_lead_minutes"),
  ("autoscaler/core/risk.py", "RECENT_MINUTES = 360", "RECENT_MINUTES = 361", f"{N}::test_recent_rises_are_kept_for_six_hours"),
  ("autoscaler/core/risk.py", "log[cut][0] <= k - RECENT_MINUTES", "log[cut][0] < k - RECENT_MINUTES", f"{N}::test_recent_rises_are_kept_for_six_hours"),
  ("autoscaler/core/decide.py", "demand_changes(memory, policy, now, self.demand, self.risk_horizon)", "demand_changes(memory, policy, now, self.demand)", f"{N}::test_decide_scores_the_seasonal_skill_one_risk_horizon_ahead"),
@@ -114,6 +114,14 @@ M = [
  ("autoscaler/core/decide.py", "victim = min(t.cordoned, key=lambda g: t.order[g.name])", "victim = max(t.cordoned, key=lambda g: t.order[g.name])", f"{C}::test_a_floor_short_of_two_starts_two_replacements_and_cordoned_groups_drain_in_policy_order"),
  ("autoscaler/core/decide.py", "(_unsynced, _below_floor, _above_ceiling, _scale_up, _cordoned, _signal_problem, _scale_down)", "(_unsynced, _below_floor, _above_ceiling, _cordoned, _scale_up, _signal_problem, _scale_down)", f"{S}::test_a_cordon_during_a_surge_costs_no_capacity"),
  ("autoscaler/core/decide.py", "victim = choose_victim(cordoned or t.ready,", "victim = choose_victim(t.ready,", f"{S}::test_a_cap_and_a_cordon_on_four_groups_with_differing_kv"),
+ # the core's minute (forecast.minute_s, issue 21: the demo's compressed time)
+ ("autoscaler/core/risk.py", "minute = int(now // minute_s)", "minute = int(now // MINUTE_S)", f"{N}::test_a_compressed_minute_measures_rises_at_its_own_scale"),
+ ("autoscaler/core/decide.py", "self.risk_horizon, policy.forecast.minute_s))", "self.risk_horizon))", "test_core_scenarios.py::test_a_compressed_minute_is_the_policys_own"),
+ ("autoscaler/core/risk.py", "if cur is not None and minute < cur[0]:", "if False:", f"{N}::test_a_longer_minute_starts_the_minute_history_afresh"),
+ ("autoscaler/core/risk.py", "(BURN_HALF_LIFE_MINUTES * policy.forecast.minute_s)", "BURN_HALF_LIFE_S", f"{N}::test_the_burn_half_life_is_360_of_the_cores_minutes"),
+ # the cold start: no drain on the prior alone (issue 18)
+ ("autoscaler/core/decide.py", "if risk.samples < need:", "if False:", f"{N}::test_a_drain_waits_for_thirty_measured_rises"),
+ ("autoscaler/core/decide.py", "if risk.samples < need:", "if risk.samples < need - 1:", f"{N}::test_a_drain_waits_for_thirty_measured_rises"),
 ]
 only = sys.argv[1] if len(sys.argv) > 1 else ""
 bad = 0

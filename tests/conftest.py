@@ -1,53 +1,52 @@
-"""Session hooks. The demo test takes about four minutes of mostly waiting (a two-minute load
-phase, then the drains): its ``autoscaler demo`` process is started as soon as the tests are
-collected and runs beside the others; the test, moved to the end, collects its result. It is killed at the end of
-the session if it is still running (it stops everything it started on SIGTERM)."""
+"""Session hooks. The demo test takes about three minutes of mostly waiting (a two-minute load
+phase, then the drains): its ``autoscaler demo`` process is started once when the session starts
+(tests/support/demo_run.py) and runs beside the others; the test, moved to the end, collects its
+result. It is stopped at the end of the session if it is still running (it stops everything it
+started on SIGTERM)."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from tests.support import demo_run
+
 DEMO_TEST = "tests/test_demo.py::test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind"
-DEMO_MINUTES = "2"
+
+
+def _runs_the_demo_test(config) -> bool:
+    """Whether this session's selection includes the demo's test, judged from the command line (the
+    xdist controller does not collect): no -k/-m, and a path that is or holds tests/test_demo.py."""
+    if config.getoption("keyword") or config.getoption("markexpr"):
+        return False
+    demo = (Path(__file__).parent / "test_demo.py").resolve()
+    for arg in config.args or ["tests"]:
+        path = Path(arg.split("::")[0]).resolve()
+        if path == demo and "::" not in arg or path in demo.parents:
+            return True
+    return False
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
+    # The demo's test runs last (in every test process alike, so xdist's split agrees): by then the
+    # demo, started when the session began, has long finished beside the others.
     demo_items = [item for item in items if item.nodeid == DEMO_TEST]
-    if not demo_items:
-        return
-    # The demo's test runs last, by which time the demo has long finished beside the others.
     items[:] = [item for item in items if item.nodeid != DEMO_TEST] + demo_items
-    folder = Path(tempfile.mkdtemp(prefix="demo-test-"))
-    db = folder / "demo.db"
-    out, err = open(folder / "stdout", "w"), open(folder / "stderr", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "autoscaler", "demo", "--minutes", DEMO_MINUTES, "--json",
-                             "--db", f"sqlite:///{db}"], stdout=out, stderr=err, cwd=folder,
-                            start_new_session=True)
-    config.stash_demo = {"proc": proc, "folder": folder, "db": db, "files": (out, err)}
 
 
 def pytest_unconfigure(config) -> None:
-    demo = getattr(config, "stash_demo", None)
-    if demo is None:
-        return
-    proc = demo["proc"]
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)  # the demo stops what it started, then exits
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    for f in demo["files"]:
-        f.close()
+    folder = getattr(config, "stash_demo", None)
+    if folder is not None:
+        demo_run.stop(folder)
 
 
 def pytest_configure(config) -> None:
     # ``simulate --compare`` caches reference replays under $XDG_CACHE_HOME: the tests' runs use
     # a folder of their own (inherited by the commands they start), not the user's cache.
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="autoscaler-test-cache-")
+    # The demo runs once per session, beside the tests (about three minutes of mostly waiting): the
+    # xdist controller (or the only pytest process) starts it; the test processes inherit its folder.
+    if not hasattr(config, "workerinput") and demo_run.ENV not in os.environ and _runs_the_demo_test(config):
+        config.stash_demo = demo_run.start()
+        os.environ[demo_run.ENV] = str(config.stash_demo)

@@ -41,7 +41,9 @@ def make_policy(n_groups: int = 3, **sections: Any) -> Policy:
         },
         # The rule tests keep their arithmetic with a target of 0.7 (4.2 requests per group),
         # whatever the shipped default is; the shipped policy is backtested in test_backtest.py.
-        "scaling": {"target_utilization": 0.7},
+        # They also start measured: the cold start's hold (scale_down.min_measured_rises, default 30) is
+        # tested on its own (test_core_numbers.py), with the default.
+        "scaling": {"target_utilization": 0.7, "scale_down": {"min_measured_rises": 0}},
         # Most tests isolate one rule; the forecast is tested on its own and switched on there.
         "forecast": {"enabled": False, "seasonal_statistic": "rise", "seasonal_quantile": 0.5},
     }

@@ -28,6 +28,7 @@ from autoscaler.core.risk import (
     seasonal_weight,
     update_skill,
 )
+from autoscaler.policy.model import Policy
 
 P = make_policy()
 MINUTE = int(T0 // 60)  # T0 is 09:00:00: the first second of a minute
@@ -490,3 +491,58 @@ def test_the_victim_above_the_ceiling(loads, sinces, victim):
     policy = make_policy(schedules={"windows": [{**BUSINESS, "ceiling_groups": 2}]})
     d, _ = decide(signals(**loads), fleet("ready", "ready", "ready", sinces=sinces), policy, Memory(), T0)
     assert (d.action, d.reason, d.group, d.target_groups) == (Action.SCALE_DOWN, Reason.ABOVE_CEILING, victim, 2)
+
+
+# ----------------------------------------------------------- the core's minute (forecast.minute_s)
+def test_a_compressed_minute_measures_rises_at_its_own_scale():
+    # forecast.minute_s 2 (the demo): lead 9 s is ceil(9 / 2) = 5 minutes of 2 s. Minute 0 (2 s) at
+    # 3, minutes 1-4 at 3, minute 5 at 7: when minute 5 closes (at 12 s), minute 0's rise is
+    # (7 - 3) / sqrt(4) = 2.0. At the default 60 s minute the same 12 s are one minute: no rise.
+    assert lead_minutes(9, 2) == 5 and lead_minutes(9) == 1
+    fast, slow = Memory(), Memory()
+    for second in range(0, 14):
+        demand = 7.0 if 10 <= second < 12 else 3.0
+        fast = record_minute(fast, T0 + second, demand, 9, 2)
+        slow = record_minute(slow, T0 + second, demand, 9)
+    assert fast.rise_log == ((int(T0 // 2), 2.0),) and fast.rises_sorted == (2.0,)
+    assert slow.rise_log == () and slow.minute_now[0] == MINUTE
+
+
+def test_a_longer_minute_starts_the_minute_history_afresh():
+    # minute_s 2 -> 60 (a policy edit): the minute index falls from T0 // 2 to T0 // 60; the rises
+    # measured in the old unit are dropped, and the new minute starts with this sample.
+    mem = Memory(minute_max=((int(T0 // 2) - 1, 3.0),), minute_now=(int(T0 // 2), 3.0, 1),
+                 rise_log=((int(T0 // 2) - 6, 1.0),), rises_sorted=(1.0,))
+    mem = record_minute(mem, T0 + 1, 5.0, 615)
+    assert (mem.minute_now, mem.minute_max, mem.rise_log, mem.rises_sorted) == ((MINUTE, 5.0, 1), (), (), ())
+
+
+def test_the_burn_half_life_is_360_of_the_cores_minutes():
+    # minute_s 2: 360 x 2 = 720 s halves 100 misses in 10,000 arrivals (at 60 s it takes six hours).
+    policy = make_policy(forecast={"minute_s": 2}, scaling={"tick_interval_s": 1})
+    mem = Memory(budget_burn=(100.0, 10_000.0, T0))
+    assert burn_changes(mem, policy, T0 + 720, 0.0, 0.0, None) == {"budget_burn": (50.0, 5000.0, T0 + 720)}
+
+
+def test_a_minute_shorter_than_a_tick_is_refused():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"forecast.minute_s.10 s is shorter than scaling.tick_interval_s \(15 s\)"):
+        make_policy(forecast={"minute_s": 10})
+    assert make_policy(forecast={"minute_s": 15}).forecast.minute_s == 15
+
+
+# ------------------------------------------------------- the cold start: no drain on the prior alone
+@pytest.mark.parametrize("measured, drains", [(0, False), (29, False), (30, True)])
+def test_a_drain_waits_for_thirty_measured_rises(measured, drains):
+    # Demand 3 on 3 ready groups, any risk allowed: 2 groups carry it (3 / 12 = 0.25 < 0.55). With the
+    # default scale_down.min_measured_rises 30, 29 measured rises of z = 0 (and the prior for the
+    # rest) hold; the 30th lets the drain through.
+    policy = make_policy(slo=ANY_RISK, scaling={"scale_down": {"min_measured_rises": 30}})
+    mem = SETTLED.with_(**_rises(*([0.0] * measured))) if measured else SETTLED
+    d, _ = decide(signals(g1=(1, 0, 0.2), g2=(1, 0, 0.2), g3=(1, 0, 0.2)), THREE_READY, policy, mem, T0)
+    assert (d.action is Action.SCALE_DOWN) is drains, d.detail
+    if not drains:
+        assert d.reason is Reason.STEADY
+        assert d.detail.startswith(f"only {measured} of 30 minutes of rises measured: no drain on the prior alone; ")
+    assert Policy.model_validate({"fleet": P.fleet.model_dump()}).scaling.scale_down.min_measured_rises == 30

@@ -296,3 +296,20 @@ def test_every_reason_code_is_reached_by_some_test(tmp_path):
     seen = set(out.read_text().split())
     missing = sorted(r.value for r in Reason if r.value not in seen)
     assert not missing, f"no test reaches: {missing}"
+
+
+def test_a_compressed_minute_is_the_policys_own():
+    # The demo's time: 1 s ticks, 8 s start-ups, forecast.minute_s 2. Demand steps between 2 and 5
+    # every 10 s for two minutes: decide measures its rises per 2-s minute (lead 8 + 1 = 9 s: 5 of
+    # them), so within 120 s of wall time there are dozens of measured rises where the default
+    # 60-s minute would have none (one minute closed, none a whole lead time after another).
+    policy = make_policy(fleet={"startup_expected_s": 8}, scaling={"tick_interval_s": 1},
+                         forecast={"minute_s": 2, "trend_window_s": 10})
+    f = FakeFleet(policy, startup_s=8, drain_s=2)
+    for i in range(120):
+        f.step(T0 + i, 5.0 if (i // 10) % 2 else 2.0)
+    risk = f.log[-1][1].inputs.get("risk")
+    samples = len(f.memory.rises_sorted)
+    assert samples >= 40, samples
+    assert risk is None or risk["rise_samples"] == samples
+    assert "minutes of 2 s" in " ".join(d.detail for _, d in f.log if d.detail.startswith("P(demand"))

@@ -188,7 +188,7 @@ def test_a_long_tick_interval_never_locks_out_reloads_and_controls(tmp_path, wor
     # tick_interval_s 120: a pause and a reverted edit are obeyed within seconds (the watch runs
     # every 2 s between ticks), not at the next decision two minutes later.
     policy = advisory_policy(tmp_path / "p.yaml", workers, scaling={"tick_interval_s": 120},
-                             forecast={"trend_window_s": 600})
+                             forecast={"trend_window_s": 600, "minute_s": 120})
     db = f"sqlite:///{tmp_path}/l.db"
     proc, url = run_proc(tmp_path, policy, db)
     with proc:

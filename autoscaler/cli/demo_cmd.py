@@ -17,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "traffic is replayed through the gateway, sped up to --minutes. Ends with the cost report of the "
         "run and a one-line summary. Everything it started is stopped on exit, Ctrl-C included.",
     )
-    p.add_argument("--minutes", type=float, default=4.0,
-                   help="length of the load phase in minutes (default 4; the whole run takes at most 2 more)")
+    p.add_argument("--minutes", type=float, default=2.0,
+                   help="length of the load phase in minutes (default 2; the whole run takes at most 2 more)")
     p.add_argument("--db", metavar="URL", help="ledger to record into (default: a fresh temporary SQLite ledger)")
     p.add_argument("--json", action="store_true",
                    help="print only the summary object on stdout; the live view, logs and report go to stderr")

@@ -156,7 +156,7 @@ class _Tick:
             # The trend window, the seasonal history, the risk's per-minute history and the budget's
             # burn, in one copy of the memory (each reads only fields the others do not change).
             changes = demand_changes(memory, policy, now, self.demand, self.risk_horizon)
-            changes.update(minute_changes(memory, now, self.demand, self.risk_horizon))
+            changes.update(minute_changes(memory, now, self.demand, self.risk_horizon, policy.forecast.minute_s))
             changes.update(burn_changes(memory, policy, now, fl.request_rate, self.queued or 0.0,
                                         fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling))
             memory = memory.with_(**changes)
@@ -496,9 +496,21 @@ def _surplus(t: _Tick, remaining: int) -> tuple[bool, str, dict[str, Any]]:
                 f"; seasonal {_fmt_pct(risk.p_seasonal)} over {risk.seasonal_days} days x weight {risk.seasonal_weight:.2f}")
     spend = "unmeasured" if burn is None else f"burning {burn:.2f}x"
     numbers = (f"P(demand > {_fmt(capacity)} within {_fmt(t.risk_horizon)} s) = {_fmt_pct(risk.probability)} "
-               f"(recent {_fmt_pct(risk.p_recent)} over {risk.samples} minutes{seasonal}), "
+               f"(recent {_fmt_pct(risk.p_recent)} over {risk.samples} {_minutes(policy)}{seasonal}), "
                f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed)}; {numbers}")
+    need = down.min_measured_rises
+    if risk.samples < need:
+        # Cold start: the prior is a guess about a fleet never seen; a drain waits for the fleet's own
+        # rises (scale_down.min_measured_rises, 30: at the default minute and a 615 s lead, 41 minutes).
+        numbers = f"only {risk.samples} of {need} {_minutes(policy)} of rises measured: no drain on the prior alone; {numbers}"
+        return False, numbers, extra
     return fits and risk.probability <= allowed, numbers, extra
+
+
+def _minutes(policy: Policy) -> str:
+    """The core's minute in a reason: "minutes", or "minutes of 2 s" when ``forecast.minute_s`` is not 60."""
+    m = policy.forecast.minute_s
+    return "minutes" if m == 60 else f"minutes of {_fmt(m)} s"
 
 
 def _scale_down(t: _Tick):

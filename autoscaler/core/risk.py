@@ -38,12 +38,19 @@ rate, so the share is min(1, Q / rate / TTFT target): queued 3 at 2 requests/s, 
 against 3 s, half the tick's arrivals. Replays, which know every request's queue wait, check this
 count against the true capacity misses (bench/burn_calibration.py: 0.82-0.99 of them on the 14-day
 shared traces; the estimate it replaced, the queued share of the requests in the system while
-fewer groups than the ceiling were active, counted 0.03-0.11 of them). Burn = that share of arrivals (exponentially weighted over ``BURN_HALF_LIFE_S``) / the budget, counted with
+fewer groups than the ceiling were active, counted 0.03-0.11 of them). Burn = that share of arrivals (exponentially weighted, half-life ``BURN_HALF_LIFE_MINUTES`` minutes) / the budget, counted with
 a prior of ``BURN_PRIOR_MISSES`` misses spent exactly at the budget (at 1%: 10 misses in 1,000
 arrivals), so that boldness is earned: a fresh fleet starts at burn 1, and 1,000 arrivals without
 a miss halve it, not zero it. A scale-down may take risk up to budget x min(4, max(1/4, 1 / burn)):
 a budget burning twice as fast as allowed halves the risk it may take; one left unspent over
 3,000 arrivals or more (at 1%) allows 4 times the budget.
+
+**The core's minute** is ``forecast.minute_s`` long: 60 s on a real fleet. Every time above that is
+counted in minutes (the per-minute means, the lead time in minutes, the 360 minutes of recent rises,
+the burn's half-life) follows it, so a fleet whose time is compressed (the demo replays a day in
+minutes, with 8 s start-ups) measures its rises at its own scale: with minute_s 2, a lead time of
+9 s is 5 minutes, and 30 measured rises (``PRIOR_RISES``) take a minute of wall time, not half an
+hour. The seasonal history (5-minute slots, days) stays in wall time: it is about the time of day.
 
 Everything here is a pure function of (memory, policy, numbers); the memory holds only tuples and
 floats, so it serialises to JSON (Memory.to_dict) and back (adapters.snapshot_file).
@@ -58,10 +65,10 @@ from dataclasses import dataclass
 from autoscaler.core.types import Memory
 from autoscaler.policy.model import Policy
 
-MINUTE_S = 60
+MINUTE_S = 60  # the default of ``forecast.minute_s``: the core's minute, in which the risk's history is kept
 SLOT_S = 300
 DAY_S = 86400
-RECENT_MINUTES = 360  # six hours of recent rises
+RECENT_MINUTES = 360  # six hours of recent rises (at the default minute)
 # The cold-start prior of a rise within one lead time, in units of sqrt(level + 1): normal with this
 # mean and spread (a load at level 8 is expected to reach 8 + 0.5 x 3 = 9.5 and exceeds
 # 8 + 2 x 3 = 14 with 2.3% chance: (2 - 0.5) / 0.75 = 2 sd), until PRIOR_RISES minutes are measured.
@@ -69,7 +76,8 @@ PRIOR_Z_MEAN = 0.5
 PRIOR_Z_SD = 0.75
 PRIOR_RISES = 30
 SKILL_HALF_LIFE_SLOTS = 288.0  # one day of 5-minute slots
-BURN_HALF_LIFE_S = 6 * 3600.0
+BURN_HALF_LIFE_MINUTES = 360.0  # six hours at the default minute
+BURN_HALF_LIFE_S = BURN_HALF_LIFE_MINUTES * MINUTE_S
 MAX_BOLDNESS = 4.0
 BURN_PRIOR_MISSES = 10.0  # the burn's prior: this many misses, in as many arrivals as spend them at the budget
 SEASONAL_WINDOW_SLOTS = 6  # +-30 minutes around this time of day on each earlier day
@@ -91,34 +99,41 @@ class Risk:
                 "seasonal_days_used": self.seasonal_days}
 
 
-def lead_minutes(lead_s: float) -> int:
-    """Whole minutes that cover one lead time: 615 s -> 11."""
-    return max(1, math.ceil(lead_s / MINUTE_S - 1e-9))
+def lead_minutes(lead_s: float, minute_s: float = MINUTE_S) -> int:
+    """Whole minutes that cover one lead time: 615 s -> 11; with ``forecast.minute_s`` 2 (a compressed
+    fleet), 9 s -> 5."""
+    return max(1, math.ceil(lead_s / minute_s - 1e-9))
 
 
 def _z(rise: float, level: float) -> float:
     return rise / math.sqrt(level + 1.0)
 
 
-def record_minute(memory: Memory, now: float, demand: float, lead_s: float) -> Memory:
+def record_minute(memory: Memory, now: float, demand: float, lead_s: float, minute_s: float = MINUTE_S) -> Memory:
     """Memory with one demand sample folded into the per-minute means (``minute_changes``)."""
-    changes = minute_changes(memory, now, demand, lead_s)
+    changes = minute_changes(memory, now, demand, lead_s, minute_s)
     return memory.with_(**changes) if changes else memory
 
 
-def minute_changes(memory: Memory, now: float, demand: float, lead_s: float) -> dict:
+def minute_changes(memory: Memory, now: float, demand: float, lead_s: float, minute_s: float = MINUTE_S) -> dict:
     """Fold one demand sample into the per-minute means; when a minute closes, the minute one lead
     time before it now has its measured rise, which joins the recent rises.
 
     Means, not maxima: a one-tick spike above capacity queues requests for seconds, which the TTFT
     target absorbs; a minute whose mean is above capacity is the overload that costs misses.
+
+    The minute is ``forecast.minute_s`` long (60 s on a real fleet). A minute index below the one in
+    progress (the clock went back, or the policy's minute got longer) starts the minute history
+    afresh: indices in two units cannot be compared, and the rises measured in the old one are dropped.
     """
-    minute = int(now // MINUTE_S)
+    minute = int(now // minute_s)
     cur = memory.minute_now
+    if cur is not None and minute < cur[0]:
+        return {"minute_now": (minute, demand, 1), "minute_max": (), "rise_log": (), "rises_sorted": ()}
     if cur is None or cur[0] == minute:
         total, count = (0.0, 0) if cur is None else (cur[1], cur[2])
         return {"minute_now": (minute, total + demand, count + 1)}
-    ell = lead_minutes(lead_s)
+    ell = lead_minutes(lead_s, minute_s)
     closed = memory.minute_max + ((cur[0], cur[1] / cur[2]),)
     # Keep enough closed minutes to measure the next rises: the last ``ell + 1``.
     keep_from = cur[0] - ell
@@ -317,7 +332,7 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
     if prev is None:
         return {"budget_burn": (misses, arrivals, now)}
     m, a, t = prev
-    decay = 0.5 ** (max(0.0, now - t) / BURN_HALF_LIFE_S)
+    decay = 0.5 ** (max(0.0, now - t) / (BURN_HALF_LIFE_MINUTES * policy.forecast.minute_s))
     if misses == 0 and arrivals == 0 and decay == 1.0:
         return {}
     return {"budget_burn": (m * decay + misses, a * decay + arrivals, now)}

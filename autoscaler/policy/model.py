@@ -227,6 +227,12 @@ class ScaleDown(StrictModel):
     )
     cooldown_after_scale_up_s: NonNegFloat = Field(600, description="No scale-down this long after a scale-up (s).")
     min_group_uptime_s: NonNegFloat = Field(900, description="A group is not drained before it has been ready this long.")
+    min_measured_rises: Int = Field(
+        30, ge=0, le=360,
+        description="A drain on the measured risk waits until the fleet's own history holds this many rises "
+        "(one per closed core minute, a lead time after it): before that, the cold-start prior would decide "
+        "alone, and a guess about a fleet never seen is no reason to take capacity away. 0 lets the prior decide.",
+    )
 
 
 class Scaling(StrictModel):
@@ -372,6 +378,13 @@ class Forecast(StrictModel):
     )
     min_startup_samples: Int = Field(
         5, ge=1, description="Measured start-ups needed before their p95 replaces fleet.startup_expected_s."
+    )
+    minute_s: PosFloat = Field(
+        60, le=600,
+        description="The core's minute: the unit its risk history is kept in (per-minute demand means, "
+        "rises within a lead time, the six hours = 360 minutes of recent rises and the budget burn's "
+        "six-hour half-life). 60 on a real fleet; a fleet whose time is compressed (the demo replays a "
+        "day in minutes) sets it so that a minute holds a few ticks.",
     )
 
 
@@ -637,4 +650,8 @@ class Policy(StrictModel):
             # The trend fits a line through the ticks of one window and needs four of them.
             raise FieldError("forecast.trend_window_s", f"{window:g} s holds at most 3 ticks of "
                              f"scaling.tick_interval_s ({tick:g} s); the trend needs 4: make it more than {3 * tick:g} s")
+        if self.forecast.minute_s < tick:
+            # A minute's mean needs samples: shorter than a tick, most minutes would have none.
+            raise FieldError("forecast.minute_s", f"{self.forecast.minute_s:g} s is shorter than "
+                             f"scaling.tick_interval_s ({tick:g} s): a minute holds at least one tick")
         return self
