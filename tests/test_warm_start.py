@@ -185,6 +185,9 @@ def test_a_first_start_is_warm_and_a_second_start_keeps_its_memory(tmp_path, rec
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["warm_start"] == warm
+    done = subprocess.run([PYTHON, "-m", "autoscaler", "status", "--db", db], capture_output=True, text=True,
+                          timeout=60)
+    assert f"warm start  {warm['samples']:,} demand samples from prometheus" in done.stdout
 
     ledger = Ledger(db)
     try:

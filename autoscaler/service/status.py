@@ -204,6 +204,10 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"policy    {text_}")
     else:
         lines.append("policy    not recorded yet (no controller has run on this ledger)")
+    warm = status.get("warm_start")
+    if warm:
+        lines.append(f"warm start  {warm['samples']:,} demand samples from {warm.get('source')}, {_short(warm['from'])} "
+                     f"to {_short(warm['to'])} ({warm.get('gaps', 0):,} steps without data)")
     groups = status.get("groups") or {}
     if groups:
         width = max(5, *(len(g) for g in groups))
