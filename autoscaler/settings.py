@@ -31,6 +31,9 @@ class Settings:
     gateway_api_key: str | None = None  # secret
     # where database_url came from, for error messages: "--db", "AUTOSCALER_DATABASE_URL" or "default"
     database_url_from: str = "--db"
+    # where prometheus_url came from: "--prometheus", "AUTOSCALER_PROMETHEUS_URL" or "default" (also
+    # for Settings built in code: with --signals direct, only a named Prometheus is read for a warm start)
+    prometheus_url_from: str = "default"
 
     def __repr__(self) -> str:  # never print a secret
         key = "***" if self.gateway_api_key else None
@@ -201,6 +204,7 @@ def load_settings(
         gateway_url=gateway_url.rstrip("/"),
         database_url=database_url,
         database_url_from=db_from,
+        prometheus_url_from=prometheus_from,
         listen=listen or env.get("AUTOSCALER_LISTEN") or DEFAULT_LISTEN,
         gateway_api_key=_secret(env, "AUTOSCALER_GATEWAY_API_KEY"),
     )

@@ -2,7 +2,8 @@
 
     nice -n 10 .venv/bin/python bench/cv_matrix.py [--policy policies/default.yaml]
         [--grid "scaling.scale_down.stabilization_s=120,300" --grid "slo.capacity_miss_budget_pct=0.5,1"]
-        [--traces DIR] [--seeds 0,1,2] [--pu 0.35,0.5,0.7] [--workers 2] [--cache FILE] [--json FILE]
+        [--traces DIR] [--seeds 0,1,2] [--pu 0.35,0.5,0.7] [--warmup-hours H] [--workers 2] [--cache FILE]
+        [--json FILE]
 
 Every cell is one trace at one seed and one peak utilisation; its three targets (docs/interfaces.md):
 SLO attainment >= always-on's - 0.5 pp, node-hours <= 1.10 x the oracle's, not dominated by any
@@ -17,6 +18,10 @@ field paths into the policy). Leave-one-trace-out: for each trace in turn, the c
 the targets in the most cells of the other four traces (ties: the lower mean node-hours / oracle)
 is checked on the fifth (out-of-sample). The candidate chosen on all five is the in-sample one. A
 Markdown matrix of both goes to stdout; every number to ``--json``.
+
+``--warmup-hours H`` (default 0: the cold-start matrix) replays each trace's first H hours to build
+every controller's memory and scores only what follows (``simulate --warmup-hours``); its cells are
+cached apart from the cold ones. A trace shorter than H (as replayed) is left out with a note.
 """
 
 from __future__ import annotations
@@ -99,13 +104,13 @@ def _prepared(path: str, policy: Policy, seed: int, pu: float):
 
 
 def run_cell(job: tuple) -> dict[str, Any]:
-    cand_i, data, path, trace, seed, pu, have_refs = job  # have_refs: None = no references to run
+    cand_i, data, path, trace, seed, pu, have_refs, warmup_s = job  # have_refs: None = no references to run
     policy = Policy.model_validate(data)
     started = time.perf_counter()
     tr, factor, _ = _prepared(path, policy, seed, pu)
     need_refs = have_refs is not None
     runs = backtest(tr, factor, policy, compare=need_refs, seed=seed, workers=1, sweep=True,
-                    skip=frozenset(have_refs or ()))
+                    skip=frozenset(have_refs or ()), warmup_s=warmup_s)
     out = {"candidate": cand_i, "trace": trace, "seed": seed, "pu": pu, "ours": runs["ours"].summary,
            "wall_s": round(time.perf_counter() - started, 2)}
     if need_refs:
@@ -113,8 +118,11 @@ def run_cell(job: tuple) -> dict[str, Any]:
     return out
 
 
+WARMUP_S = 0.0  # set by main() from --warmup-hours: part of every cell's cache key when above 0
+
+
 def cell_key(trace: str, seed: int, pu: float) -> str:
-    return f"{trace}|{seed}|{pu}"
+    return f"{trace}|{seed}|{pu}" + (f"|warmup {WARMUP_S:g} s" if WARMUP_S > 0 else "")
 
 
 def judge(ours: dict, refs: dict, policy: Policy) -> dict:
@@ -149,10 +157,16 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated trace folders (default: all five)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--pu", default="0.35,0.5,0.7")
+    ap.add_argument("--warmup-hours", type=float, default=0.0,
+                    help="replay each trace's first H hours unscored, to build every controller's memory (default 0)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cache", default=str(ROOT / "out/cv-references.json"))
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
+    global WARMUP_S
+    if not args.warmup_hours >= 0:
+        ap.error(f"--warmup-hours: {args.warmup_hours:g} must be 0 or more")
+    WARMUP_S = args.warmup_hours * 3600.0
 
     base = yaml.safe_load(Path(args.policy).read_text())
     cands = candidates(base, args.grid)
@@ -173,10 +187,16 @@ def main() -> int:
         path = trace_path(root, trace)
         for seed in seeds:
             for pu in pus:
+                if WARMUP_S > 0:
+                    tr = _prepared(path, base_policy, seed, pu)[0]
+                    if WARMUP_S >= tr.span_s[1] - tr.span_s[0]:
+                        print(f"{trace} seed {seed} pu {pu}: spans {(tr.span_s[1] - tr.span_s[0]) / 3600:.3g} h as "
+                              f"replayed, not more than the warm-up: left out", file=sys.stderr)
+                        continue
                 have = set(cache.get(cell_key(trace, seed, pu), {}))
                 have_refs = None if wanted <= have else frozenset(have & wanted)
                 for i, (_, data) in enumerate(cands):
-                    jobs.append((i, data, path, trace, seed, pu, have_refs if i == 0 else None))
+                    jobs.append((i, data, path, trace, seed, pu, have_refs if i == 0 else None, WARMUP_S))
     # The longest traces first, so that no worker is left with a 14-day replay at the end.
     jobs.sort(key=lambda j: (not j[3].endswith(("m-small", "m-mid")), j[6] is None))
     started = time.perf_counter()
@@ -214,7 +234,10 @@ def main() -> int:
     for trace in traces:
         for seed in seeds:
             for pu in pus:
-                ins = next(r for r in by_cand[chosen_all] if (r["trace"], r["seed"], r["pu"]) == (trace, seed, pu))
+                ins = next((r for r in by_cand[chosen_all] if (r["trace"], r["seed"], r["pu"]) == (trace, seed, pu)),
+                           None)
+                if ins is None:  # left out: shorter than the warm-up
+                    continue
                 oos = next(r for r in by_cand[folds[trace]] if (r["trace"], r["seed"], r["pu"]) == (trace, seed, pu))
                 v, refs = ins["verdict"], ins["refs"]
 

@@ -348,7 +348,9 @@ def test_status_from_the_database_on_postgresql_leader_only_while_the_lease_is_l
         newest = _status_fixture(pg_url)
         now = 4e9 - 10
         status = build_status(make_engine(pg_url), now)
-        assert set(status) == {"instance", "leader", "epoch", "paused", "policy", "groups", "pin", "last_decision"}
+        assert set(status) == {"instance", "leader", "epoch", "paused", "policy", "groups", "pin", "last_decision",
+                               "warm_start"}
+        assert status["warm_start"] is None  # no leader recorded a warm start (docs/live.md, "Warm start")
         assert (status["instance"], status["leader"], status["epoch"], status["paused"]) == ("ctl-a", True, 1, False)
         assert status["policy"] == {"path": "policies/prod.yaml", "hash": "ab" * 32,
                                     "loaded_at": "2026-12-01T08:00:00Z", "error": None}

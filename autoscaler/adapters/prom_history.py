@@ -31,6 +31,10 @@ Then a per-request ``Trace`` is synthesised (seeded):
   side, and counted in the output (``gap_windows``, ``gaps_filled``) so nothing is silently zero.
 
 docs/backtest-from-prometheus.md has the reasoning, limits and measured output.
+
+``fetch_demand_history`` reads another history, for the live controller's warm start
+(docs/live.md, "Warm start"): the fleet's demand (running + queued requests over the policy's
+groups, the signal the core decides on) at every step of a range.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.adapters.prometheus import PrometheusError, query_range_split
+from autoscaler.adapters.prometheus import PrometheusError, plan_queries, query_range_split
 from autoscaler.errors import BadInput
 from autoscaler.policy.model import Policy, Signals
 from autoscaler.sim.loadscale import length_table, scale_for_policy
@@ -293,6 +297,64 @@ def synthesise(history: History, seed: int = 0) -> tuple[Trace, dict[str, Any]]:
     return trace, info
 
 
+# ------------------------------------------------------------------------------------ demand
+@dataclass(frozen=True)
+class DemandHistory:
+    """The fleet's recorded demand over a range, one value per step that has one."""
+
+    url: str
+    start: float  # epoch s: the first step
+    end: float  # epoch s: the range's end (the last step is at or before it)
+    step_s: float
+    queries: dict[str, str]  # running / queued -> PromQL (the policy's per-group queries)
+    samples: tuple[tuple[float, float], ...]  # (epoch s, running + queued over the fleet's groups), time order
+    steps: int  # steps in the range
+    bad_samples: int  # points that were not a finite number >= 0 (no data)
+
+    @property
+    def gaps(self) -> int:
+        """Steps without a demand reading (no group had both running and queued)."""
+        return self.steps - len(self.samples)
+
+
+def fetch_demand_history(url: str, policy: Policy, start: float, end: float, *, step_s: float,
+                         timeout_s: float = DEFAULT_TIMEOUT_S, deadline: float | None = None) -> DemandHistory:
+    """The fleet's demand at start, start + step, ..., up to end: at each step, the sum over the
+    policy's groups (series matched by ``signals.group_label``, as the live reader matches them) of
+    running + queued, from the policy's own ``running`` and ``queued`` queries, counting the groups
+    that have both. A step where none has both is a gap (no sample: never a silent 0).
+
+    ``deadline`` (``time.monotonic()``) bounds the whole read. Raises PrometheusError when
+    Prometheus cannot be queried or the budget is spent; BadInput for a bad range or URL."""
+    plan = plan_queries(policy.signals, policy.slo.ttft_percentile, [g.metrics_instance for g in policy.fleet.groups])
+    queries = {name: plan[name].by_group for name in ("running", "queued")}
+    mine = {g.metrics_instance for g in policy.fleet.groups}
+    label = policy.signals.group_label
+    steps = int(math.floor((end - start) / step_s + 1e-9)) + 1
+    values: dict[str, dict[tuple[int, str], float]] = {}
+    bad = 0
+    for name, promql in queries.items():
+        per = values[name] = {}
+        for series in query_range_split(url, promql, start, end, step_s, timeout_s=timeout_s, deadline=deadline):
+            instance = series.labels.get(label)
+            if instance not in mine:
+                continue
+            for t, v in series.samples:
+                if not math.isfinite(v) or v < 0:
+                    bad += 1
+                    continue
+                k = int(round((t - start) / step_s))
+                per[(k, instance)] = per.get((k, instance), 0.0) + v
+    demand: dict[int, float] = {}
+    for key, running in values["running"].items():
+        queued = values["queued"].get(key)
+        if queued is not None:
+            demand[key[0]] = demand.get(key[0], 0.0) + running + queued
+    samples = tuple((start + k * step_s, demand[k]) for k in sorted(demand) if 0 <= k < steps)
+    return DemandHistory(url=url, start=start, end=end, step_s=step_s, queries=queries, samples=samples,
+                         steps=steps, bad_samples=bad)
+
+
 # ------------------------------------------------------------------------------------ entry
 def prepare_prometheus_trace(
     url: str,
@@ -336,8 +398,10 @@ def _iso(t: float) -> str:
 __all__ = [
     "DEFAULT_STEP_S",
     "FORMAT",
+    "DemandHistory",
     "History",
     "check_range",
+    "fetch_demand_history",
     "fetch_history",
     "fleet_selector",
     "history_queries",

@@ -603,17 +603,29 @@ def query_range_split(
     *,
     timeout_s: float = 30.0,
     max_points: int = MAX_POINTS_PER_SERIES,
+    deadline: float | None = None,
 ) -> list[RangeSeries]:
     """A range query of any length: fetched in chunks of at most ``max_points`` points per series
     (Prometheus refuses more than 11,000) and merged by label set, in first-seen order.
 
-    Times are epoch seconds; ``step`` is seconds. Raises PrometheusError (kind ``unreachable`` or
-    ``http_error``, exit code 1) when a chunk fails; BadInput for a bad range or URL."""
+    Times are epoch seconds; ``step`` is seconds. ``deadline`` (``time.monotonic()``): the whole
+    query's time budget; each chunk waits at most what is left of it (and ``timeout_s``). Raises
+    PrometheusError (kind ``unreachable`` or ``http_error``, exit code 1) when a chunk fails or the
+    budget is spent; BadInput for a bad range or URL."""
     url = _check_url(url)
     merged: dict[frozenset, tuple[dict[str, str], list[tuple[float, float]]]] = {}
     with PrometheusClient(url, timeout_s=timeout_s, max_concurrency=1) as prom:
         for chunk_start, chunk_end in range_chunks(start, end, step, max_points):
-            for series in prom.query_range(promql, chunk_start, chunk_end, step, timeout_s):
+            wait_s = timeout_s
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PrometheusError("unreachable", f"no complete answer from {url} within the time budget")
+                # Whole seconds: Prometheus reads the ``timeout`` parameter "2.5s" as no duration at
+                # all (a bare float or a Go duration without a fraction), so a chunk may overrun the
+                # budget by under a second.
+                wait_s = min(timeout_s, float(max(1, math.ceil(left))))
+            for series in prom.query_range(promql, chunk_start, chunk_end, step, wait_s):
                 labels = dict(series.get("metric", {}))
                 key = frozenset(labels.items())
                 samples = merged.setdefault(key, (labels, []))[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from datetime import datetime, timezone
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from autoscaler.adapters.prom_history import DEFAULT_STEP_S, DEFAULT_TIMEOUT_S, prepare_prometheus_trace
 from autoscaler.cli.common import check_db_output, check_output, check_seed, print_json, time_arg
+from autoscaler.core.types import iso
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
 from autoscaler.settings import check_http_url
@@ -52,6 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rescale so the busiest 5 minutes offer U of the ceiling's slots, 0.01 to 10 (default 0.5 "
                         "for --trace; with --from-prometheus no rescaling unless given)")
     p.add_argument("--seed", type=int, default=0, help="seed of the load scaling's draws, 0 or more (default 0)")
+    p.add_argument("--warmup-hours", type=float, default=0.0, metavar="H",
+                   help="replay the trace's first H hours to build every controller's memory (ours, HPA, the peers, "
+                        "the oracle's schedule alike) and score only what follows; shorter than the trace's span "
+                        "(default 0: a cold start)")
     p.add_argument("--start-at", type=time_arg, metavar="T",
                    help="when a trace without absolute times starts (default Monday 2026-01-05 00:00 UTC)")
     p.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows and count them")
@@ -119,6 +125,9 @@ def _run(args: argparse.Namespace) -> int:
         raise BadInput(f"--peak-utilization: {args.peak_utilization:g} must be from {MIN_PEAK:g} to {MAX_PEAK:g} "
                        f"(the share of the ceiling's slots the busiest 5 minutes fill)")
     check_seed(args.seed)
+    if not math.isfinite(args.warmup_hours) or args.warmup_hours < 0:
+        raise BadInput(f"--warmup-hours: {args.warmup_hours:g} must be a number of hours, 0 or more "
+                       f"(0: a cold start)")
     if args.step is not None and args.step <= 0:
         raise BadInput(f"--step: {args.step} must be a number of seconds above 0")
     # Every output before any work (a 14-day replay must not end in "cannot write").
@@ -145,22 +154,28 @@ def _run(args: argparse.Namespace) -> int:
         trace, factor, info = prepare_trace(args.trace, args.trace_format, policy, peak, args.seed,
                                             start_at, args.skip_bad_rows)
         label = args.trace
+    warmup_s = args.warmup_hours * 3600.0
+    span_s = trace.span_s[1] - trace.span_s[0]
+    if warmup_s > 0 and warmup_s >= span_s:
+        raise BadInput(f"--warmup-hours: {args.warmup_hours:g} h is not shorter than the trace's span "
+                       f"({span_s / 3600.0:.4g} h as replayed, after load scaling): nothing would be scored")
     progress = _Progress()
     compare, sweep = args.compare is not None, args.compare == "sweep"
     cache = None
     cached: dict[str, dict] = {}
     if compare and not args.no_reference_cache:
         root = Path(args.reference_cache) if args.reference_cache else default_dir()
-        cache = ReferenceCache(root, trace, factor, args.seed, policy)
+        cache = ReferenceCache(root, trace, factor, args.seed, policy, warmup_s)
         cached = cache.lookup(reference_names(policy, sweep))
     runs = backtest(trace, factor, policy, compare=compare, seed=args.seed, keep_decisions=bool(args.db),
-                    progress=progress, sweep=sweep, skip=frozenset(cached))
+                    progress=progress, sweep=sweep, skip=frozenset(cached), warmup_s=warmup_s)
     progress.done()
     if cache is not None:
         for name, run in runs.items():
             if name != "ours":
                 cache.put(name, run.summary)
-    out = results_json(runs, policy, info, time.perf_counter() - started, cached)
+    out = results_json(runs, policy, info, time.perf_counter() - started, cached, warmup_s)
+    out["scored_from"] = iso(trace.start_epoch_s + trace.span_s[0] + warmup_s)
     ours = runs["ours"]
     nodes = policy.fleet.group_size_nodes
     if args.timeline_out or args.plot:
@@ -229,6 +244,9 @@ def _print_table(out: dict) -> None:
     else:
         print(f"trace: {t['format']}, {t['requests_read']:,} rows read, {t['bad_rows']} bad, "
               f"{t['gap_windows']} collection-gap windows; load scale x{out['load_scale']:.6g}")
+    if out.get("warmup_hours"):
+        print(f"warm-up: the first {out['warmup_hours']:g} h replayed to build every controller's memory, not "
+              f"scored; scored from {out['scored_from']}")
     width = 24
     print("".ljust(width) + "".join(name.rjust(14) for name, _ in cols))
     for label, key, fmt in rows:

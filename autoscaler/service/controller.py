@@ -29,6 +29,7 @@ from autoscaler.core.types import (
     SignalSnapshot,
     iso,
 )
+from autoscaler.core.warm import has_demand_history
 from autoscaler.errors import AutoscalerError, RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.ledger.store import Ledger
@@ -36,12 +37,14 @@ from autoscaler.policy.loader import LoadedPolicy
 from autoscaler.policy.model import Policy
 from autoscaler.service.controls import Controls, policy_with_pin, with_cordons
 from autoscaler.service.executor import Executor, RecordsUnavailable, TickReport
+from autoscaler.service.warmstart import WarmStart
 
 log = logging.getLogger("autoscaler.controller")
 decision_log = logging.getLogger("autoscaler.decision")
 
 MEMORY_KEY = "memory"
 POLICY_KEY = "policy"
+WARM_START_KEY = "warm_start"  # {"run_id", "warm_start": what this run's warm start read, or null}
 
 
 class SignalSource(Protocol):
@@ -87,6 +90,7 @@ class Controller:
         instance: str = "local",
         controls: ControlsProvider | None = None,
         clock: Callable[[], float] = time.time,
+        warm_start: WarmStart | None = None,
     ) -> None:
         self.loaded = loaded
         self.policy = loaded.policy
@@ -101,6 +105,9 @@ class Controller:
         now = clock()
         self.run_id = ledger.start_run(source, loaded, at=now, label=f"{source} {instance}", instance=instance)
         self.memory = memory_from_json(self.live.load_state(MEMORY_KEY), self.policy, now)
+        self.warm_start: dict[str, Any] | None = None  # what the warm start read (/status), None: none
+        if warm_start is not None:
+            self._warm_start(warm_start, now)
         self.executor = executor_factory(self.policy, self.live, self.run_id, epoch)
         self.executor.recheck = self._recheck
         self._init_node_states(now)
@@ -113,6 +120,26 @@ class Controller:
         self.save_policy_state(error=None, loaded=True)
 
     # ------------------------------------------------------------------ run bookkeeping
+    def _warm_start(self, warm_start: WarmStart, now: float) -> None:
+        """A first start (no demand in the stored memory) folds the recorded history in and saves the
+        memory at once; a memory with demand is never overwritten, nor read again. Either way this
+        run's warm start (or null) is recorded for ``status`` from the database."""
+        if has_demand_history(self.memory):
+            log.info("warm start: not needed, the stored memory holds demand history")
+        else:
+            memory, info = warm_start.apply(self.memory, self.policy, now)
+            if info is not None:
+                try:
+                    self.live.save_state(MEMORY_KEY, memory.to_dict(), epoch=self.epoch)
+                except RuntimeFailure as exc:
+                    log.error("warm start: the memory could not be saved (%s); the first tick saves it", exc)
+                self.memory, self.warm_start = memory, info
+        try:
+            self.live.save_state(WARM_START_KEY, {"run_id": self.run_id, "warm_start": self.warm_start},
+                                 epoch=self.epoch)
+        except RuntimeFailure as exc:
+            log.error("could not record the warm start: %s", exc)
+
     def _init_node_states(self, now: float) -> None:
         """A new run opens an interval for every node in its current power state (nothing to
         recover: the records' phases say what may be running, and the first reconcile reads the

@@ -58,6 +58,7 @@ from autoscaler.service.executor import CORE_PHASE, Executor, Fence
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.shadow import ShadowFleet
 from autoscaler.service.status import build_status
+from autoscaler.service.warmstart import WarmStart
 from autoscaler.settings import Settings
 
 log = logging.getLogger("autoscaler.service")
@@ -216,8 +217,17 @@ class Service:
         self.controller = Controller(
             loaded, self.ledger, self._signals, executor_factory=self._executor_factory, source=source,
             epoch=epoch, instance=self.instance, controls=self._controls, clock=self.clock,
+            warm_start=self._warm_start(),
         )
         log.info("leading with epoch %d: run %d (%s)", epoch, self.controller.run_id, source)
+
+    def _warm_start(self) -> WarmStart | None:
+        """Where a first start reads its history (service.warmstart): the Prometheus the signals come
+        from; with ``--signals direct`` (a site without Prometheus), only one named by ``--prometheus``
+        or ``AUTOSCALER_PROMETHEUS_URL``."""
+        if self.signals_mode == "direct" and self.settings.prometheus_url_from == "default":
+            return None
+        return WarmStart(self.settings.prometheus_url)
 
     def _close_signals(self) -> None:
         if self._signals is not None and hasattr(self._signals, "close"):
@@ -533,6 +543,7 @@ class Service:
                     "at": iso(c.last_decision_at), "action": str(d.action), "target_groups": d.target_groups,
                     "group": d.group, "reason": str(d.reason), "detail": d.detail},
             }
+            out["warm_start"] = c.warm_start
         out["instance"] = self.instance
         out["leader"] = leading
         out["epoch"] = int(state.epoch) if state and state.epoch else int(out.get("epoch") or 0)

@@ -10,7 +10,9 @@ not yet applied), ``pin`` (the operator's pin in force: {groups, until, by, reas
 policy's own pin as the service recorded it in ``policy.pin``; else null; with ``effective_groups``
 and ``clamped``: the pin the core holds within the running policy's floor and ceiling, and why it
 differs), ``last_decision`` (the
-newest decision of a live or advisory run).
+newest decision of a live or advisory run), ``warm_start`` (what the newest leader's warm start read
+from Prometheus: {from, to, samples, gaps, step_s, source, url}; null when it started with the memory
+it had, or cold).
 
 ``leader`` is true only while the lease is unexpired by the database's clock (PostgreSQL), or
 while some process holds the ledger's flock (SQLite, read from /proc/locks without taking a lock);
@@ -85,7 +87,15 @@ def _build(conn: Connection, now: float, instance: str | None, leader: bool | No
         "groups": groups,
         "pin": pin,
         "last_decision": _last_decision(conn),
+        "warm_start": _warm_start(conn),
     }
+
+
+def _warm_start(conn: Connection) -> dict[str, Any] | None:
+    """What the newest leader's warm start read (``controller_state`` row ``warm_start``), or null."""
+    row = conn.execute(select(ControllerStateRow.value).where(ControllerStateRow.key == "warm_start")).first()
+    value = row.value.get("warm_start") if row is not None and isinstance(row.value, dict) else None
+    return value if isinstance(value, dict) else None
 
 
 def pin_in_effect(conn: Connection, groups: int) -> dict[str, Any]:
@@ -194,6 +204,10 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"policy    {text_}")
     else:
         lines.append("policy    not recorded yet (no controller has run on this ledger)")
+    warm = status.get("warm_start")
+    if warm:
+        lines.append(f"warm start  {warm['samples']:,} demand samples from {warm.get('source')}, {_short(warm['from'])} "
+                     f"to {_short(warm['to'])} ({warm.get('gaps', 0):,} steps without data)")
     groups = status.get("groups") or {}
     if groups:
         width = max(5, *(len(g) for g in groups))

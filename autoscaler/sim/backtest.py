@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -105,12 +105,45 @@ def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: floa
     }
 
 
+def scored_window(result: SimResult, trace: Trace, warmup_s: float) -> SimResult:
+    """The part of a replay that is scored after a warm-up of ``warmup_s`` (docs/interfaces.md,
+    "Warm-up"): the requests arriving at or after start + warm-up, the node intervals clipped to
+    [start + warm-up, end], the ticks, starts and drains from then on. The replay itself ran over the
+    whole trace: the fleet at the boundary is whatever the controller had then (not reset to the
+    ceiling), and a request that arrived before it is not scored even if it finished (or was cut)
+    after it. ``warmup_s`` <= 0 is the replay as it is (the same object)."""
+    if warmup_s <= 0:
+        return result
+    start = result.span_s[0] + warmup_s
+    if start >= result.span_s[1]:
+        raise ValueError(f"a warm-up of {warmup_s:g} s is not shorter than the replay's span")
+    first = int(np.searchsorted(trace.t_s, start, side="left"))  # arrivals are sorted
+    ticks = result.tick_t >= start
+    intervals = {name: [(max(s, start), e) for s, e in iv if e > start] for name, iv in result.group_intervals.items()}
+    cut = result.cut[first:]
+    return replace(
+        result,
+        ttft_s=result.ttft_s[first:], queue_s=result.queue_s[first:], cut=cut,
+        group_intervals=intervals, span_s=(start, result.span_s[1]),
+        scale_ups=sum(1 for t, _, what in result.events if what == "start" and t >= start),
+        scale_downs=sum(1 for t, _, what in result.events if what == "drain" and t >= start),
+        requests_cut_by_drain=int(cut.sum()),
+        tick_t=result.tick_t[ticks], tick_demand=result.tick_demand[ticks], tick_ready=result.tick_ready[ticks],
+        tick_starting=result.tick_starting[ticks], tick_draining=result.tick_draining[ticks],
+        events=[e for e in result.events if e[0] >= start],
+    )
+
+
 def run_one(name: str, trace: Trace, policy: Policy, controller, load_scale: float, seed: int,
-            progress: Callable[[float], None] | None = None, columns: RequestColumns | None = None) -> Run:
+            progress: Callable[[float], None] | None = None, columns: RequestColumns | None = None,
+            warmup_s: float = 0.0) -> Run:
+    """Replay the whole trace under ``controller``; the summary scores only what follows the warm-up
+    (``scored_window``). ``Run.result`` is the whole replay (the timeline, the plot and the ledger
+    export show the warm-up too)."""
     started = time.perf_counter()
     result = simulate(trace, policy, controller, seed=seed, progress=progress, columns=columns)
-    return Run(name, result, summarise(result, policy, load_scale, time.perf_counter() - started), controller,
-               os.getpid())
+    summary = summarise(scored_window(result, trace, warmup_s), policy, load_scale, time.perf_counter() - started)
+    return Run(name, result, summary, controller, os.getpid())
 
 
 # docs/interfaces.md, "HPA frontier": an HPA point reaches at least our SLO when its SLO attainment is
@@ -270,10 +303,11 @@ def can_fork() -> bool:
 def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed: int = 0,
              keep_decisions: bool = False, progress: Callable[[str, float], None] | None = None,
              workers: int | None = None, sweep: bool = False,
-             skip: frozenset[str] = frozenset()) -> dict[str, Run]:
+             skip: frozenset[str] = frozenset(), warmup_s: float = 0.0) -> dict[str, Run]:
     """Run ours, and with ``compare`` the references (with ``sweep`` every peer's sweep as well),
     on the same arrivals; the reference names in ``skip`` are not replayed (a caller's cache holds
-    them).
+    them). ``warmup_s``: every controller alike replays the whole trace, and each summary scores
+    only what follows the first ``warmup_s`` seconds (``scored_window``).
 
     The replays are independent (each has its own fleet, controller and seeded start-up jitter), so
     with ``workers`` > 1 (default: the CPUs available, for traces of at least
@@ -292,7 +326,7 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
     def here(name: str) -> Run:
         label = name.replace("@", " ")
         return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, prog(label),
-                       columns)
+                       columns, warmup_s)
 
     refs = [n for n in reference_names(policy, sweep) if n not in skip] if compare else []
     if workers is None:
@@ -300,7 +334,7 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
     workers = min(workers, len(refs) + 1)
     if workers <= 1 or not can_fork():
         runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions, trace.start_epoch_s),
-                                factor, seed, prog("ours"), columns)}
+                                factor, seed, prog("ours"), columns, warmup_s)}
         for name in refs:
             runs[name] = here(name)
         return runs
@@ -320,7 +354,7 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
             return todo.popleft() if todo else None
 
     with ProcessPoolExecutor(workers - 1, mp_context=mp.get_context("fork"), initializer=_init_worker,
-                             initargs=(trace, policy, factor, seed, columns)) as pool:
+                             initargs=(trace, policy, factor, seed, columns, warmup_s)) as pool:
         def feed(_finished: Future | None = None) -> None:
             with lock:  # taken and registered at once: once ``todo`` is empty, ``jobs`` is complete
                 if not todo:
@@ -336,7 +370,7 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
         for _ in range(workers - 1):
             feed()
         runs = {"ours": run_one("ours", trace, policy, CoreController(policy, keep_decisions, trace.start_epoch_s),
-                                factor, seed, prog("ours"), columns)}
+                                factor, seed, prog("ours"), columns, warmup_s)}
         while (left := take()) is not None:
             done[left] = here(left)
         for name, job in jobs.items():
@@ -351,18 +385,20 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
 # takes about four HPAs); only the order matters.
 _COST = {"kpa": 9.0, "ray_serve": 2.8, "apa": 2.4, "hpa": 2.3, "oracle": 2.0, "dynamo_planner": 1.5, "static": 1.0}
 
-_worker_args: tuple[Trace, Policy, float, int, RequestColumns] | None = None
+_worker_args: tuple[Trace, Policy, float, int, RequestColumns, float] | None = None
 
 
-def _init_worker(trace: Trace, policy: Policy, factor: float, seed: int, columns: RequestColumns) -> None:
+def _init_worker(trace: Trace, policy: Policy, factor: float, seed: int, columns: RequestColumns,
+                 warmup_s: float) -> None:
     global _worker_args
-    _worker_args = (trace, policy, factor, seed, columns)
+    _worker_args = (trace, policy, factor, seed, columns, warmup_s)
 
 
 def _run_reference(name: str) -> Run:
     assert _worker_args is not None, "_run_reference runs in a worker started by backtest()"
-    trace, policy, factor, seed, columns = _worker_args
-    return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, columns=columns)
+    trace, policy, factor, seed, columns, warmup_s = _worker_args
+    return run_one(name, trace, policy, _reference_controller(name, trace, policy), factor, seed, columns=columns,
+                   warmup_s=warmup_s)
 
 
 def reference_json(summaries: dict[str, dict[str, Any]], policy: Policy) -> dict[str, Any]:
@@ -400,10 +436,12 @@ def peers_frontiers(ref: dict[str, Any], policy: Policy) -> dict[str, list[dict[
 
 
 def results_json(runs: dict[str, Run], policy: Policy, trace_info: dict[str, Any], wall_s: float,
-                 cached: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``simulate --json``; ``cached``: reference summaries taken from a cache instead of ``runs``."""
+                 cached: dict[str, dict[str, Any]] | None = None, warmup_s: float = 0.0) -> dict[str, Any]:
+    """``simulate --json``; ``cached``: reference summaries taken from a cache instead of ``runs``;
+    ``warmup_s``: the warm-up the summaries were scored after (``warmup_hours``)."""
     out = dict(runs["ours"].summary)
     out["wall_s"] = round(wall_s, 3)
+    out["warmup_hours"] = warmup_s / 3600.0
     out["trace"] = trace_info
     out["model"] = model_params(policy)
     summaries = {name: run.summary for name, run in runs.items() if name != "ours"}

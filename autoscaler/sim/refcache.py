@@ -4,7 +4,8 @@ only when something it depends on changed.
 Key of one reference run (sha256 of all of it): the scaled trace as replayed (arrival times,
 token counts, sessions, prefix blocks, span, start), the load scale, the seed, the policy sections
 a reference reads (``fleet``, ``simulation``, ``slo``, ``signals``, ``drain``: the scaling, forecast
-and budget sections are ours alone), the reference's name (its kind and setting, e.g. ``kpa@0.5``)
+and budget sections are ours alone), the warm-up (``simulate --warmup-hours``; a cold start, 0, adds
+nothing, so its keys are those from before warm-ups existed), the reference's name (its kind and setting, e.g. ``kpa@0.5``)
 and the source of the modules that replay and judge it (the fleet model, the controllers, the
 peers, the summary). A changed trace, fleet, peer setting or model code is a new key; nothing is
 ever invalidated in place. Each entry is one small JSON file named by its key.
@@ -56,12 +57,14 @@ def trace_digest(trace: Trace) -> bytes:
 class ReferenceCache:
     """Summaries of reference runs under ``root``, keyed as the module docstring says."""
 
-    def __init__(self, root: Path, trace: Trace, factor: float, seed: int, policy: Policy):
+    def __init__(self, root: Path, trace: Trace, factor: float, seed: int, policy: Policy, warmup_s: float = 0.0):
         self.root = root
         h = hashlib.sha256()
         h.update(_code_digest())
         h.update(trace_digest(trace))
         h.update(repr((float(factor), int(seed))).encode())
+        if warmup_s > 0:
+            h.update(repr(("warmup_s", float(warmup_s))).encode())
         for section in _POLICY_SECTIONS:
             h.update(getattr(policy, section).model_dump_json().encode())
         self._base = h.copy()
