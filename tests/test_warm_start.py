@@ -74,7 +74,12 @@ def test_the_range_read_covers_the_seasonal_days_or_the_recent_rises():
     b = 999_999_960.0
     assert history_range(week, b + 7) == (b - 7 * 86400, b, 15.0)
     none = make_policy(forecast={"enabled": True, "seasonal_days": 0}, scaling={"tick_interval_s": 120})
-    assert history_range(none, b + 7) == (b - 6 * 3600, b, 60.0)  # six hours, at most a minute a step
+    # six hours, at most a minute a step, and two steps a core minute (60 s): 30 s
+    assert history_range(none, b + 7) == (b - 6 * 3600, b, 30.0)
+    # a compressed fleet (the demo: minute 2 s, ticks of 1 s): its 360 minutes of 2 s at 1 s
+    demo = make_policy(forecast={"enabled": True, "seasonal_days": 0, "minute_s": 2, "trend_window_s": 10},
+                       scaling={"tick_interval_s": 1})
+    assert history_range(demo, b + 7) == (b + 7 - 720, b + 7, 1.0)
 
 
 def test_a_prometheus_that_never_answers_gives_up_within_the_budget():
@@ -158,9 +163,11 @@ def stop(proc: Proc) -> None:
 
 
 def warm_policy(path: Path, ports: list[int]) -> Path:
-    # The demo policy (1 s ticks, advisory here) with one seasonal day: a day is read at 15 s steps.
+    # The demo policy (1 s ticks, advisory here) with one seasonal day and a real fleet's minute
+    # (60 s, not the demo's compressed 2 s): a day is read at 15 s steps.
     return write_policy(path, ports=ports, actuator={"kind": "advisory"},
-                        forecast={"enabled": True, "trend_window_s": 30, "seasonal_days": 1, "min_startup_samples": 3})
+                        forecast={"enabled": True, "trend_window_s": 30, "seasonal_days": 1, "min_startup_samples": 3,
+                                  "minute_s": 60})
 
 
 def test_a_first_start_is_warm_and_a_second_start_keeps_its_memory(tmp_path, recorded):

@@ -35,6 +35,6 @@ def fold_demand_history(memory: Memory, policy: Policy, samples: Iterable[tuple[
     risk_horizon = lead_time_s(policy, memory)[0] + policy.scaling.tick_interval_s
     for t, demand in samples:
         changes = demand_changes(memory, policy, t, demand, risk_horizon)
-        changes.update(minute_changes(memory, t, demand, risk_horizon))
+        changes.update(minute_changes(memory, t, demand, risk_horizon, policy.forecast.minute_s))
         memory = memory.with_(**changes)
     return memory

@@ -650,8 +650,9 @@ class Policy(StrictModel):
             # The trend fits a line through the ticks of one window and needs four of them.
             raise FieldError("forecast.trend_window_s", f"{window:g} s holds at most 3 ticks of "
                              f"scaling.tick_interval_s ({tick:g} s); the trend needs 4: make it more than {3 * tick:g} s")
-        if self.forecast.minute_s < tick:
-            # A minute's mean needs samples: shorter than a tick, most minutes would have none.
+        if "minute_s" in self.forecast.model_fields_set and self.forecast.minute_s < tick:
+            # A minute's mean needs samples: shorter than a tick, most minutes would have none. (The
+            # default, 60 s, is what every policy had before the field existed, long ticks included.)
             raise FieldError("forecast.minute_s", f"{self.forecast.minute_s:g} s is shorter than "
                              f"scaling.tick_interval_s ({tick:g} s): a minute holds at least one tick")
         return self

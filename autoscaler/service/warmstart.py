@@ -36,9 +36,14 @@ BUDGET_S = 10.0  # the whole read: well within the 18 s a shutdown waits for the
 
 def history_range(policy: Policy, now: float) -> tuple[float, float, float]:
     """(start, end, step) of the read, on the step's grid: e.g. seasonal_days 7, tick 15 s, now
-    12:00:07 -> (12:00:00 seven days ago, 12:00:00, 15 s)."""
-    span = max(policy.forecast.seasonal_days * DAY_S, RECENT_MINUTES * 60.0)
+    12:00:07 -> (12:00:00 seven days ago, 12:00:00, 15 s). The recent rises' span and the step follow
+    the core's minute (``forecast.minute_s``): a compressed fleet's minute (2 s, ticks of 1 s) is
+    shorter than two steps of 15 s, so it is read at half a minute, 1 s, over its 360 minutes of 2 s."""
+    minute = policy.forecast.minute_s
+    span = max(policy.forecast.seasonal_days * DAY_S, RECENT_MINUTES * minute)
     step = min(MAX_STEP_S, max(MIN_STEP_S, float(policy.scaling.tick_interval_s)))
+    if minute < 2 * step:
+        step = max(1.0, minute / 2)
     end = math.floor(now / step) * step
     return end - span, end, step
 
