@@ -316,8 +316,9 @@ def test_sigkill_at_every_phase_then_restart_records_agree_with_reality_and_node
     for r in results:
         for group in r["ran"]:
             # Charged from the mark before the act to the status read after the stop: within a few
-            # ticks, plus the time no controller observed the fleet (charged as the records said).
-            assert abs(r["charged"][group] - r["ran"][group]) < 5 + r["unobserved_s"], r
+            # ticks (10 s: six scenarios share two cores here), plus the time no controller observed
+            # the fleet (charged as the records said). A leaked or lost group is off by a minute or more.
+            assert abs(r["charged"][group] - r["ran"][group]) < 10 + r["unobserved_s"], r
         assert sum(r["ran"].values()) > 0, r  # something ran in every scenario
 
 
@@ -386,7 +387,8 @@ def test_an_unusable_gateway_shows_every_tick_in_the_log_status_and_metrics(tmp_
             assert metric(url, "autoscaler_gateway_up") == 0.0
             wait_until(lambda: status(url)["groups"]["g1"]["phase"] == "failed", 40,
                        what="the register deadline fails the start", proc=proc)
-            time.sleep(3)
-            assert proc.log().count("gateway unusable:") >= 5  # every tick, not once
+            # every tick, not once (waited for: a loaded machine skips a tick now and then)
+            wait_until(lambda: proc.log().count("gateway unusable:") >= 5, 30, what="the problem logged every tick",
+                       proc=proc)
     finally:
         kill_workers(folder)
