@@ -1,0 +1,386 @@
+"""Docs that cannot rot (issue 21): every ``console`` block of README.md and docs/*.md runs here, one
+test per block (id ``FILE:LINE``), and its output must keep the shape shown. The conventions (loose
+matching of numbers, ``...``, ``[exit N]``, the fixtures a block may name) are in docs/README.md;
+this module implements them. Each block runs in its own temporary folder (links to the repository's
+folders, so repository paths resolve) in one ``bash`` started in a session of its own, killed by its
+process group when the block ends, also when the test fails. Fixtures (an emulated fleet behind the
+real gateway, a recorded ledger) are started for the blocks that name them, on free ports, and stopped
+by their PIDs."""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import REPO, free_port, start_gateway, start_worker
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+EXIT = re.compile(r"^\[exit (\d+)\]$")
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+HEX = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{8,}\b")
+BLOCK_TIMEOUT_S = 120
+FIXTURES = ("backtest", "backtest14", "story", "controls", "worker", "fleet")
+AZURE = "examples/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
+
+
+@dataclass
+class Command:
+    text: str
+    expected: list[str]
+    exit_code: int = 0
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int
+    info: str
+    body: str
+    commands: list[Command] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+    @property
+    def fixture(self) -> str | None:
+        words = self.info.split()
+        return words[1] if len(words) > 1 else None
+
+
+def blocks(paths: list[Path] = DOCS) -> list[Block]:
+    found = []
+    for path in paths:
+        text = path.read_text()
+        for m in FENCE.finditer(text):
+            found.append(Block(path, text.count("\n", 0, m.start()) + 1, m.group(1).strip(), m.group(2)))
+    return found
+
+
+def parse_console(block: Block) -> list[Command]:
+    """The commands of a console block: ``$ `` lines (continued by a trailing `` \\``), each with the
+    output lines that follow it; a last output line ``[exit N]`` is the exit code."""
+    commands: list[Command] = []
+    lines = block.body.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.startswith("$ "):
+            if not commands:
+                raise ValueError(f"{block.id}: output before the first '$ ' command: {line!r}")
+            commands[-1].expected.append(line)
+            i += 1
+            continue
+        text = line[2:]
+        while text.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            text += "\n" + lines[i]
+        commands.append(Command(text, []))
+        i += 1
+    for c in commands:
+        while c.expected and not c.expected[-1].strip():
+            c.expected.pop()
+        if c.expected and (m := EXIT.match(c.expected[-1].strip())):
+            c.exit_code = int(m.group(1))
+            c.expected.pop()
+    return commands
+
+
+def normalise(line: str) -> str:
+    line = HEX.sub("H", line)
+    return " ".join(NUMBER.sub("N", line).split())
+
+
+def line_matches(expected: str, got: str) -> bool:
+    """One line: equal once normalised, where ``...`` within the expected line stands for any text."""
+    e, g = normalise(expected), normalise(got)
+    if "..." not in e:
+        return e == g
+    return re.fullmatch(".*".join(re.escape(part.strip()) for part in e.split("...")), g) is not None
+
+
+def output_matches(expected: list[str], got: list[str]) -> bool:
+    """``expected`` against ``got`` line by line; a line ``...`` stands for any number of lines."""
+    exp = [normalise(x) for x in expected]
+
+    @functools.cache
+    def at(i: int, j: int) -> bool:
+        if i == len(exp):
+            return j == len(got)
+        if exp[i] == "...":
+            return at(i + 1, j) or (j < len(got) and at(i, j + 1))
+        return j < len(got) and line_matches(expected[i], got[j]) and at(i + 1, j + 1)
+
+    return at(0, 0)
+
+
+CONSOLE = [b for b in blocks() if b.info.split()[:1] == ["console"]]
+MARK = "@@docs-test-exit"
+
+
+def run_block(block: Block, folder: Path, env: dict[str, str]) -> list[tuple[Command, list[str], int]]:
+    """Runs the block's commands in order in one bash; returns each command with its output lines
+    (stdout and stderr together) and its exit code."""
+    commands = parse_console(block)
+    script = "".join(f"{c.text}\nprintf '\\n{MARK} %s\\n' \"$?\"\n" for c in commands)
+    (folder / ".docs-test.sh").write_text(script)
+    # Output to a file, not a pipe: a process the block leaves in the background (a worker started
+    # with '&') keeps its copy of stdout open, and the block is over when its bash exits.
+    with open(folder / ".docs-test.out", "w") as out_file:
+        proc = subprocess.Popen(["bash", "--noprofile", "--norc", ".docs-test.sh"], cwd=folder, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    timed_out = False
+    try:
+        proc.wait(timeout=BLOCK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        # The block's bash and whatever it left in the background, by its process group.
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        proc.wait()
+    out = (folder / ".docs-test.out").read_text(errors="replace")
+    if timed_out:
+        pytest.fail(f"{block.id}: the block did not finish within {BLOCK_TIMEOUT_S} s; its output:\n{out}")
+    results = []
+    chunk: list[str] = []
+    codes = iter(commands)
+    for line in out.splitlines():
+        if line.startswith(MARK):
+            if chunk and not chunk[-1].strip():
+                chunk.pop()  # the marker's own leading newline
+            while chunk and not chunk[-1].strip():
+                chunk.pop()
+            results.append((next(codes), chunk, int(line.split()[1])))
+            chunk = []
+        else:
+            chunk.append(line)
+    assert len(results) == len(commands), f"{block.id}: the block stopped after {len(results)} of " \
+        f"{len(commands)} commands; its output:\n" + "\n".join(chunk)
+    return results
+
+
+def workdir() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="docs-test-"))
+    for entry in REPO.iterdir():
+        if entry.name not in (".git",):
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+def base_env(folder: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PORT"] = str(free_port())
+    env.pop("AUTOSCALER_DATABASE_URL", None)
+    env["COLUMNS"] = "200"
+    return env
+
+
+def shared(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A file built once for the whole session, also across pytest-xdist's processes (they share the
+    parent of their base temporary folders): the first builds it under a lock, the others wait."""
+    root = tmp_path_factory.getbasetemp().parent
+    target = root / f"docs-test-{name}"
+    with open(root / f"docs-test-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            partial = root / f"docs-test-{name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            build(partial)
+            partial.rename(target)
+    return target
+
+
+def simulate_into(db: Path, trace: str) -> None:
+    p = subprocess.run([sys.executable, "-m", "autoscaler", "simulate", "--policy", "policies/default.yaml",
+                        "--trace", trace, "--db", f"sqlite:///{db}"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
+FixtureFn = Callable[[Path], dict[str, str]]
+
+
+def backtest14(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shared(tmp_path_factory, "backtest14",
+                  lambda d: simulate_into(d / "backtest.db", "examples/traces/servegen-m-small"))
+
+
+@pytest.fixture
+def docs_backtest(tmp_path_factory: pytest.TempPathFactory) -> FixtureFn:
+    """``backtest.db``: the one-hour Azure trace backtested under the default policy (as the README's
+    'write and backtest a policy' command records it)."""
+    built = shared(tmp_path_factory, "backtest", lambda d: simulate_into(d / "backtest.db", AZURE))
+
+    def place(folder: Path) -> dict[str, str]:
+        shutil.copy(built / "backtest.db", folder / "backtest.db")
+        return {}
+    return place
+
+
+@pytest.fixture
+def docs_backtest14(tmp_path_factory: pytest.TempPathFactory) -> FixtureFn:
+    """``out/backtest.db``: the 14-day ServeGen backtest of the default policy, as
+    ``scripts/backtest.sh`` records it (without the references, which the ledger does not keep)."""
+    built = backtest14(tmp_path_factory)
+
+    def place(folder: Path) -> dict[str, str]:
+        (folder / "out").mkdir()
+        shutil.copy(built / "backtest.db", folder / "out" / "backtest.db")
+        return {}
+    return place
+
+
+@pytest.fixture
+def docs_story(tmp_path_factory: pytest.TempPathFactory) -> FixtureFn:
+    """``autoscaler.db`` (the default ledger): run 1 the 14-day backtest (source simulation), run 2
+    the ledger tests' 48-hour live story labelled "prod" (tests/support/ledger_runs.py)."""
+    from autoscaler.ledger.store import Ledger
+    from tests.support.ledger_runs import record_live
+
+    def build(d: Path) -> None:
+        shutil.copy(backtest14(tmp_path_factory) / "backtest.db", d / "autoscaler.db")
+        with Ledger(f"sqlite:///{d / 'autoscaler.db'}") as ledger:
+            record_live(ledger, label="prod")
+
+    built = shared(tmp_path_factory, "story", build)
+
+    def place(folder: Path) -> dict[str, str]:
+        shutil.copy(built / "autoscaler.db", folder / "autoscaler.db")
+        return {}
+    return place
+
+
+@pytest.fixture
+def docs_controls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixtureFn]:
+    """``fleet.db``, a ledger as a controller on SQLite leaves it (a live run, its fleet g1-g3, a
+    leader's lease row, the policy it loaded), with ``AUTOSCALER_DATABASE_URL`` pointing at it; and
+    ``why.db``, the 48-hour story with an operator pin and a cordon (tests/test_controls.py's)."""
+    from sqlalchemy import insert
+
+    from autoscaler.ledger.models import ControllerStateRow
+    from autoscaler.ledger.store import Ledger
+    from autoscaler.service.leadership import SqliteFlock
+    from tests.support.ledger_runs import T0, H, record_live
+    from tests.test_controls import _controller_ledger, _rec
+
+    def build(d: Path) -> None:
+        url = f"sqlite:///{d / 'fleet.db'}"
+        _controller_ledger(url)
+        with Ledger(url) as ledger, ledger.engine.begin() as conn:
+            conn.execute(insert(ControllerStateRow).values(
+                key="policy", epoch=1, updated_at=T0,
+                value={"path": "policies/prod.yaml", "hash": "3f9c2a51d0e4" * 5 + "3f9c", "error": None,
+                       "loaded_at": "2026-12-01T07:00:02Z"}))
+        with Ledger(f"sqlite:///{d / 'why.db'}") as ledger:
+            record_live(ledger)
+            _rec(ledger, "pin", T0 + 2 * H, groups=2, until=T0 + 4 * H, by="alice", reason="launch day")
+            _rec(ledger, "cordon", T0 + 2 * H, group="g2", by="dave", reason="disk swap")
+            _rec(ledger, "uncordon", T0 + 5 * H, group="g2", by="dave", reason="swapped")
+
+    built = shared(tmp_path_factory, "controls", build)
+    locks = []
+
+    def place(folder: Path) -> dict[str, str]:
+        for name in ("fleet.db", "why.db"):
+            shutil.copy(built / name, folder / name)
+        lock = SqliteFlock(f"sqlite:///{folder / 'fleet.db'}", "ctl-1")  # the running controller's flock
+        lock.acquire()
+        locks.append(lock)
+        return {"AUTOSCALER_DATABASE_URL": "sqlite:///fleet.db"}
+    yield place
+    for lock in locks:
+        lock.release()
+
+
+@pytest.fixture
+def docs_worker(tmp_path: Path) -> Iterator[FixtureFn]:
+    """One emulated worker, ready, at 20 decode tokens/s, on ``$PORT``."""
+    started = []
+
+    def place(folder: Path) -> dict[str, str]:
+        w = start_worker(tmp_path, decode_tokens_per_s=20)
+        started.append(w)
+        return {"PORT": str(w.port)}
+    yield place
+    for w in started:
+        w.proc.kill()
+
+
+@pytest.fixture
+def docs_fleet(tmp_path: Path) -> Iterator[FixtureFn]:
+    """Three emulated groups (6 slots, the default speeds, start-up 0) behind the real gateway with
+    the production flags; ``AUTOSCALER_GATEWAY_URL`` is the gateway."""
+    started: list = []
+
+    def place(folder: Path) -> dict[str, str]:
+        workers = [start_worker(tmp_path, name=f"g{i}") for i in (1, 2, 3)]
+        started.extend(w.proc for w in workers)
+        gw = start_gateway(tmp_path, worker_urls=[w.url for w in workers],
+                           extra_args=["--cache-threshold", "0.5", "--balance-abs-threshold", "4"])
+        started.append(gw.proc)
+        for w in workers:
+            gw.wait_healthy(w.url)
+        return {"AUTOSCALER_GATEWAY_URL": gw.url}
+    yield place
+    for proc in started:
+        proc.kill()
+
+
+@pytest.mark.parametrize("block", CONSOLE, ids=[b.id for b in CONSOLE])
+def test_console_block_runs_as_shown(block: Block, request: pytest.FixtureRequest) -> None:
+    folder = workdir()
+    env = base_env(folder)
+    if block.fixture is not None:
+        assert block.fixture in FIXTURES, f"{block.id}: unknown fixture {block.fixture!r} (known: {FIXTURES})"
+        env.update(request.getfixturevalue(f"docs_{block.fixture}")(folder))
+    failures = []
+    for command, got, code in run_block(block, folder, env):
+        if code != command.exit_code:
+            failures.append(f"$ {command.text}\nexited {code}, the doc shows {command.exit_code}")
+        if not output_matches(command.expected, got):
+            failures.append(f"$ {command.text}\n--- the doc shows:\n" + "\n".join(command.expected)
+                            + "\n--- it printed:\n" + "\n".join(got))
+    assert not failures, f"{block.id}:\n" + "\n\n".join(failures)
+
+
+def test_every_shown_command_is_in_a_console_or_sh_block() -> None:
+    """A ``$ `` prompt outside a console block would be a command no test runs; ``sh`` blocks (which
+    cannot run here, with their reason next to them) show no prompt, only the commands."""
+    stray = [f"{b.id}: ```{b.info}" for b in blocks() if b.info.split()[:1] != ["console"]
+             and any(line.startswith("$ ") for line in b.body.splitlines())]
+    assert not stray, "commands shown with a '$ ' prompt outside a console block:\n" + "\n".join(stray)
+
+
+def test_the_matcher_is_loose_on_numbers_and_strict_on_words() -> None:
+    assert line_matches("a [...] b", "a [x y] b") and not line_matches("a [...] b", "a [x y] c")
+    shown = ["policies/default.yaml: ok", "...", "wall s 0.17 0.00", "trace: azure ..."]
+    assert output_matches(shown, ["policies/default.yaml: ok", "x", "y", "wall s   12.5  3", "trace: azure, 9 rows"])
+    assert output_matches(shown, ["policies/default.yaml: ok", "wall s 1 2", "trace: azure"])
+    assert not output_matches(shown, ["policies/default.yaml: bad", "wall s 1 2", "trace: azure"])
+    assert not output_matches(shown, ["policies/default.yaml: ok", "wall s 1", "trace: azure"])
+    assert not output_matches(shown, ["policies/default.yaml: ok", "wall s 1 2", "trace: azure", "more"])
+    assert not output_matches(["a"], [])
+    cmd = parse_console(Block(REPO / "README.md", 1, "console", "$ x \\\n  --y\nout\n[exit 2]\n$ z\n"))
+    assert [(c.text, c.expected, c.exit_code) for c in cmd] == [("x \\\n  --y", ["out"], 2), ("z", [], 0)]
