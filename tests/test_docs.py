@@ -33,7 +33,7 @@ EXIT = re.compile(r"^\[exit (\d+)\]$")
 NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
 HEX = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{8,}\b")
 BLOCK_TIMEOUT_S = 120
-FIXTURES = ("backtest", "backtest14", "story", "controls", "worker", "fleet")
+FIXTURES = ("backtest", "backtest14", "story", "controls", "worker", "fleet", "prometheus", "history")
 AZURE = "examples/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
 
 
@@ -348,6 +348,77 @@ def docs_fleet(tmp_path: Path) -> Iterator[FixtureFn]:
         proc.kill()
 
 
+@pytest.fixture
+def docs_prometheus(tmp_path: Path) -> Iterator[FixtureFn]:
+    """Three emulated workers (20 decode tokens/s) scraped every second by a real Prometheus;
+    ``fleet.yaml`` names them as g1-g3 (signals window and staleness 30 s);
+    ``AUTOSCALER_PROMETHEUS_URL``, ``G1_URL``, ``G2_URL``, ``G3_URL`` and ``G3_PID`` are set."""
+    from tests.support.prometheus import prepare, write_signal_policy
+
+    workers: list = []
+    proms: list = []
+
+    def place(folder: Path) -> dict[str, str]:
+        workers.extend(start_worker(tmp_path, name=f"g{i}", decode_tokens_per_s=20) for i in (1, 2, 3))
+        addresses = [f"127.0.0.1:{w.port}" for w in workers]
+        prom = prepare(tmp_path / "prometheus", addresses)
+        proms.append(prom)
+        prom.start()
+        write_signal_policy(folder / "fleet.yaml", addresses, signals={"window_s": 30, "staleness_s": 30})
+        return {"AUTOSCALER_PROMETHEUS_URL": prom.url, "G3_PID": str(workers[2].proc.pid),
+                **{f"G{i}_URL": w.url for i, w in enumerate(workers, start=1)}}
+    yield place
+    for prom in proms:
+        prom.close()
+    for w in workers:
+        w.proc.kill()
+
+
+def build_history(d: Path) -> None:
+    """TSDB blocks of recorded counters, as docs/backtest-from-prometheus.md makes them: the first 6
+    hours of the vendored ServeGen trace at peak use 0.5 for the default policy, counted into g1's
+    worker's three counters (instance 10.0.0.11:30000) every 15 s."""
+    import numpy as np
+
+    from autoscaler.policy.loader import load_policy
+    from autoscaler.sim.backtest import prepare_trace
+    from tests.support.prometheus import Series, load_history
+
+    policy = load_policy(REPO / "policies" / "default.yaml").policy
+    trace, _, _ = prepare_trace(str(REPO / "examples/traces/servegen-m-small"), "auto", policy, 0.5, 0)
+    epoch = trace.start_epoch_s + trace.t_s
+    times = np.arange(epoch[0] - epoch[0] % 86400, epoch[0] - epoch[0] % 86400 + 6 * 3600 + 1, 15.0)
+    n = np.searchsorted(epoch, times, side="right")
+    counts = {"sglang:num_requests_total": n,
+              "sglang:prompt_tokens_total": np.concatenate([[0], np.cumsum(trace.input_tokens)])[n],
+              "sglang:generation_tokens_total": np.concatenate([[0], np.cumsum(trace.output_tokens)])[n]}
+    labels = {"instance": "10.0.0.11:30000", "job": "sglang"}
+    load_history(d / "data", [Series(name, labels, list(zip(times.tolist(), values.tolist(), strict=True)),
+                                     kind="counter") for name, values in counts.items()])
+
+
+@pytest.fixture
+def docs_history(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Iterator[FixtureFn]:
+    """A Prometheus serving the recorded history of ``build_history`` (no scrape targets) as
+    ``AUTOSCALER_PROMETHEUS_URL``."""
+    from tests.support.prometheus import Prometheus, write_config
+
+    built = shared(tmp_path_factory, "history", build_history)
+    proms: list = []
+
+    def place(folder: Path) -> dict[str, str]:
+        shutil.copytree(built / "data", tmp_path / "data")
+        write_config(tmp_path / "prometheus.yml", [], 15)
+        prom = Prometheus(port=free_port(), data_dir=tmp_path / "data", config_path=tmp_path / "prometheus.yml",
+                          log_path=tmp_path / "prometheus.log", targets=())
+        proms.append(prom)
+        prom.start()
+        return {"AUTOSCALER_PROMETHEUS_URL": prom.url}
+    yield place
+    for prom in proms:
+        prom.close()
+
+
 @pytest.mark.parametrize("block", CONSOLE, ids=[b.id for b in CONSOLE])
 def test_console_block_runs_as_shown(block: Block, request: pytest.FixtureRequest) -> None:
     folder = workdir()
@@ -365,12 +436,12 @@ def test_console_block_runs_as_shown(block: Block, request: pytest.FixtureReques
     assert not failures, f"{block.id}:\n" + "\n\n".join(failures)
 
 
-def test_every_shown_command_is_in_a_console_or_sh_block() -> None:
-    """A ``$ `` prompt outside a console block would be a command no test runs; ``sh`` blocks (which
-    cannot run here, with their reason next to them) show no prompt, only the commands."""
-    stray = [f"{b.id}: ```{b.info}" for b in blocks() if b.info.split()[:1] != ["console"]
+def test_every_shown_command_is_in_a_console_block_or_marked_as_not_run() -> None:
+    """A ``$ `` prompt outside a console block would be a command no test runs, unless the block is
+    tagged ``sh`` or ``text`` on purpose (it cannot run here; its reason is next to it)."""
+    stray = [f"{b.id}: ```{b.info}" for b in blocks() if b.info.split()[:1] not in (["console"], ["sh"], ["text"])
              and any(line.startswith("$ ") for line in b.body.splitlines())]
-    assert not stray, "commands shown with a '$ ' prompt outside a console block:\n" + "\n".join(stray)
+    assert not stray, "commands shown with a '$ ' prompt outside a console, sh or text block:\n" + "\n".join(stray)
 
 
 def test_the_matcher_is_loose_on_numbers_and_strict_on_words() -> None:
@@ -384,3 +455,30 @@ def test_the_matcher_is_loose_on_numbers_and_strict_on_words() -> None:
     assert not output_matches(["a"], [])
     cmd = parse_console(Block(REPO / "README.md", 1, "console", "$ x \\\n  --y\nout\n[exit 2]\n$ z\n"))
     assert [(c.text, c.expected, c.exit_code) for c in cmd] == [("x \\\n  --y", ["out"], 2), ("z", [], 0)]
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lowercase, punctuation but '-' and '_' dropped, spaces to '-'."""
+    text = FENCE.sub("", path.read_text())
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#+ (.*)$", text, re.M)}
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    """Moving sections between pages (issue 21) must not leave a link to a page or heading that is gone."""
+    broken = []
+    for path in DOCS:
+        for m in LINK.finditer(FENCE.sub("", path.read_text())):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):
+                continue  # http:, https:, mailto:
+            file_part, _, anchor = target.partition("#")
+            dest = (path.parent / file_part).resolve() if file_part else path
+            if not dest.exists():
+                broken.append(f"{path.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{path.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
