@@ -192,7 +192,8 @@ def base_env(folder: Path) -> dict[str, str]:
     env["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PORT"] = str(free_port())
     env.pop("AUTOSCALER_DATABASE_URL", None)
-    env["COLUMNS"] = "200"
+    for name in ("COLUMNS", "LINES"):  # no terminal: help text wraps at 80 columns, as shown
+        env.pop(name, None)
     return env
 
 
