@@ -17,9 +17,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,8 +179,8 @@ def run_block(block: Block, folder: Path, env: dict[str, str]) -> list[tuple[Com
     return results
 
 
-def workdir() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="docs-test-"))
+def workdir(folder: Path) -> Path:
+    folder.mkdir()
     for entry in REPO.iterdir():
         if entry.name not in (".git",):
             (folder / entry.name).symlink_to(entry)
@@ -200,7 +200,9 @@ def base_env(folder: Path) -> dict[str, str]:
 def shared(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
     """A file built once for the whole session, also across pytest-xdist's processes (they share the
     parent of their base temporary folders): the first builds it under a lock, the others wait."""
-    root = tmp_path_factory.getbasetemp().parent
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # pytest-of-USER/pytest-N/popen-gwK: the session's folder, shared by its workers
     target = root / f"docs-test-{name}"
     with open(root / f"docs-test-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -315,6 +317,12 @@ def docs_controls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixtureF
         lock.release()
 
 
+def start_workers(log_dir: Path, count: int, **options: object) -> list:
+    """``count`` emulated workers g1.. started side by side (each waits for its own readiness)."""
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(lambda i: start_worker(log_dir, name=f"g{i}", **options), range(1, count + 1)))
+
+
 @pytest.fixture
 def docs_worker(tmp_path: Path) -> Iterator[FixtureFn]:
     """One emulated worker, ready, at 20 decode tokens/s, on ``$PORT``."""
@@ -336,7 +344,7 @@ def docs_fleet(tmp_path: Path) -> Iterator[FixtureFn]:
     started: list = []
 
     def place(folder: Path) -> dict[str, str]:
-        workers = [start_worker(tmp_path, name=f"g{i}") for i in (1, 2, 3)]
+        workers = start_workers(tmp_path, 3)
         started.extend(w.proc for w in workers)
         gw = start_gateway(tmp_path, worker_urls=[w.url for w in workers],
                            extra_args=["--cache-threshold", "0.5", "--balance-abs-threshold", "4"])
@@ -360,7 +368,7 @@ def docs_prometheus(tmp_path: Path) -> Iterator[FixtureFn]:
     proms: list = []
 
     def place(folder: Path) -> dict[str, str]:
-        workers.extend(start_worker(tmp_path, name=f"g{i}", decode_tokens_per_s=20) for i in (1, 2, 3))
+        workers.extend(start_workers(tmp_path, 3, decode_tokens_per_s=20))
         addresses = [f"127.0.0.1:{w.port}" for w in workers]
         prom = prepare(tmp_path / "prometheus", addresses)
         proms.append(prom)
@@ -421,8 +429,8 @@ def docs_history(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> It
 
 
 @pytest.mark.parametrize("block", CONSOLE, ids=[b.id for b in CONSOLE])
-def test_console_block_runs_as_shown(block: Block, request: pytest.FixtureRequest) -> None:
-    folder = workdir()
+def test_console_block_runs_as_shown(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    folder = workdir(tmp_path / "work")
     env = base_env(folder)
     if block.fixture is not None:
         assert block.fixture in FIXTURES, f"{block.id}: unknown fixture {block.fixture!r} (known: {FIXTURES})"
