@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -50,7 +50,6 @@ class Block:
     line: int
     info: str
     body: str
-    commands: list[Command] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -491,3 +490,11 @@ def test_every_relative_link_in_the_docs_resolves() -> None:
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 broken.append(f"{path.relative_to(REPO)}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def test_the_docs_index_lists_every_page() -> None:
+    """docs/README.md is the index: one line per page, so a new page is never out of reach."""
+    index = (REPO / "docs" / "README.md").read_text()
+    listed = set(re.findall(r"^- \[([\w.-]+\.md)\]\(\1\)", index, re.M))
+    pages = {p.name for p in (REPO / "docs").glob("*.md")} - {"README.md"}
+    assert listed == pages, f"not in docs/README.md: {sorted(pages - listed)}; listed but missing: {sorted(listed - pages)}"
