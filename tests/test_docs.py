@@ -90,6 +90,8 @@ def parse_console(block: Block) -> list[Command]:
             text += "\n" + lines[i]
         commands.append(Command(text, []))
         i += 1
+    if not commands:
+        raise ValueError(f"{block.id}: a console block without a '$ ' command")
     for c in commands:
         while c.expected and not c.expected[-1].strip():
             c.expected.pop()
@@ -462,6 +464,8 @@ def test_the_matcher_is_loose_on_numbers_and_strict_on_words() -> None:
     assert not output_matches(shown, ["policies/default.yaml: ok", "wall s 1 2", "trace: azure", "more"])
     assert not output_matches(["a"], [])
     cmd = parse_console(Block(REPO / "README.md", 1, "console", "$ x \\\n  --y\nout\n[exit 2]\n$ z\n"))
+    with pytest.raises(ValueError, match="without a"):
+        parse_console(Block(REPO / "README.md", 1, "console", ""))
     assert [(c.text, c.expected, c.exit_code) for c in cmd] == [("x \\\n  --y", ["out"], 2), ("z", [], 0)]
 
 
