@@ -64,8 +64,34 @@ def test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time():
     assert mem.rise_log == ((MINUTE, 2.0), (MINUTE + 1, 6.0))
     assert mem.rises_sorted == (2.0, 6.0)
     # the closed minutes kept: the last ell + 1 = 12 (minutes 1 to 12), as means
-    assert mem.minute_max[0] == (MINUTE + 1, 3.0) and mem.minute_max[-1] == (MINUTE + 12, 15.0)
+    # (index, mean, busiest tick): one sample a minute here, so both are the sample
+    assert mem.minute_max[0] == (MINUTE + 1, 3.0, 3.0) and mem.minute_max[-1] == (MINUTE + 12, 15.0, 15.0)
     assert len(mem.minute_max) == 12
+
+
+def test_a_rise_reaches_halfway_from_a_minutes_mean_to_its_busiest_tick():
+    # PEAK_WEIGHT 0.5. Lead 615 s = 11 minutes; minutes 0-10 at 3. Minute 11 has ticks at 3, 3, 3
+    # and 11 (a 15-s burst): mean 5, busiest 11 -> reached 5 + 0.5 x (11 - 5) = 8. Minute 0's rise,
+    # when minute 11 closes: (8 - 3) / sqrt(3 + 1) = 2.5 (the mean alone: (5 - 3) / 2 = 1.0; the
+    # busiest tick alone: (11 - 3) / 2 = 4.0).
+    mem = Memory()
+    for minute in range(11):
+        mem = record_minute(mem, T0 + 60 * minute, 3.0, 615)
+    for tick, demand in enumerate((3.0, 3.0, 3.0, 11.0)):
+        mem = record_minute(mem, T0 + 60 * 11 + 15 * tick, demand, 615)
+    assert mem.minute_now == (MINUTE + 11, 20.0, 4, 11.0)
+    mem = record_minute(mem, T0 + 60 * 12, 3.0, 615)
+    assert mem.minute_max[-1] == (MINUTE + 11, 5.0, 11.0)
+    assert mem.rise_log == ((MINUTE, 2.5),)
+
+
+def test_memory_saved_before_the_busiest_tick_was_kept_still_loads():
+    # An older ledger's memory: minute_now [index, sum, count], minute_max [index, mean]: the mean
+    # stands in for the busiest tick (so its rises are measured as before).
+    from autoscaler.service.controller import memory_from_json
+
+    mem = memory_from_json({"minute_now": [MINUTE, 6.0, 2], "minute_max": [[MINUTE - 1, 4.0]]}, P, T0)
+    assert mem.minute_now == (MINUTE, 6.0, 2, 3.0) and mem.minute_max == ((MINUTE - 1, 4.0, 4.0),)
 
 
 def test_recent_rises_are_kept_for_six_hours():
@@ -514,7 +540,7 @@ def test_a_longer_minute_starts_the_minute_history_afresh():
     mem = Memory(minute_max=((int(T0 // 2) - 1, 3.0),), minute_now=(int(T0 // 2), 3.0, 1),
                  rise_log=((int(T0 // 2) - 6, 1.0),), rises_sorted=(1.0,))
     mem = record_minute(mem, T0 + 1, 5.0, 615)
-    assert (mem.minute_now, mem.minute_max, mem.rise_log, mem.rises_sorted) == ((MINUTE, 5.0, 1), (), (), ())
+    assert (mem.minute_now, mem.minute_max, mem.rise_log, mem.rises_sorted) == ((MINUTE, 5.0, 1, 5.0), (), (), ())
 
 
 def test_the_burn_half_life_is_360_of_the_cores_minutes():

@@ -199,6 +199,18 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
             out.append((v[0], read(v[1], f"memory.{key}[{i}][1]")))
         return tuple(out)
 
+    def minute_means() -> tuple[tuple[int, float, float], ...]:
+        """[minute index, mean demand, busiest tick] (or, saved before the busiest tick was kept, the
+        first two: the mean stands in for it)."""
+        out = []
+        for i, v in enumerate(items("minute_max")):
+            if (not isinstance(v, list) or len(v) not in (2, 3) or not isinstance(v[0], int)
+                    or isinstance(v[0], bool)):
+                raise r.fail(f"memory.minute_max[{i}]", f"{v!r} is not [minute index, mean demand, busiest tick]")
+            mean = required_number(v[1], f"memory.minute_max[{i}][1]")
+            out.append((v[0], mean, required_number(v[2], f"memory.minute_max[{i}][2]") if len(v) == 3 else mean))
+        return tuple(out)
+
     def numbers(key: str, n: int) -> tuple[float, ...] | None:
         value = mem.get(key)
         if value is None:
@@ -210,10 +222,13 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
     minute_now = None
     raw = mem.get("minute_now")
     if raw is not None:
-        if (not isinstance(raw, list) or len(raw) != 3 or not all(isinstance(raw[i], int) for i in (0, 2))
+        if (not isinstance(raw, list) or len(raw) not in (3, 4) or not all(isinstance(raw[i], int) for i in (0, 2))
                 or any(isinstance(raw[i], bool) for i in (0, 2)) or raw[2] < 1):
-            raise r.fail("memory.minute_now", f"{raw!r} is not [minute index, demand sum, samples >= 1]")
-        minute_now = (raw[0], required_number(raw[1], "memory.minute_now[1]"), raw[2])
+            raise r.fail("memory.minute_now", f"{raw!r} is not [minute index, demand sum, samples >= 1, busiest tick]")
+        total = required_number(raw[1], "memory.minute_now[1]")
+        # Memory saved before the busiest tick was kept: the minute's mean stands in for it.
+        peak = required_number(raw[3], "memory.minute_now[3]") if len(raw) == 4 else total / raw[2]
+        minute_now = (raw[0], total, raw[2], peak)
     burn = mem.get("budget_burn")
     if burn is not None:
         if not isinstance(burn, list) or len(burn) != 3:
@@ -225,7 +240,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
     skill = numbers("seasonal_skill", 2)
     memory = Memory(
         minute_now=minute_now,
-        minute_max=pairs("minute_max", "minute index, mean demand"),
+        minute_max=minute_means(),
         rise_log=rise_log,
         rises_sorted=tuple(sorted(z for _, z in rise_log)),
         seasonal_skill=skill,  # type: ignore[arg-type]

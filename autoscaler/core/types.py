@@ -188,8 +188,8 @@ class Memory:
     # Recent rises (core/risk.py): the minute in progress (index, sum of demand samples, count), the
     # closed minutes' mean demand one lead time back, and the normalised rise measured from each closed minute of the last six
     # hours (time order, and the same values sorted for the probability: derived, not serialised).
-    minute_now: tuple[int, float, int] | None = None
-    minute_max: tuple[tuple[int, float], ...] = ()
+    minute_now: tuple[int, float, int, float] | None = None  # (index, sum, count, busiest tick)
+    minute_max: tuple[tuple[int, float, float], ...] = ()  # (index, mean, busiest tick)
     rise_log: tuple[tuple[int, float], ...] = ()
     rises_sorted: tuple[float, ...] = ()
     # How well the seasonal forecast predicted recently: (mean abs error of the seasonal prediction,
