@@ -13,7 +13,7 @@ from autoscaler.core import Action, Decision, Memory, decide, record_startup
 from autoscaler.core.types import FleetState, GroupSignals, Phase, Reason, SignalSnapshot
 from autoscaler.core.victim import groups_to_start
 from autoscaler.policy.model import Policy
-from autoscaler.sim.engine import GroupLoads
+from autoscaler.sim.engine import GroupLoads, _snapshot_of
 from autoscaler.sim.loadscale import service_times_s
 from autoscaler.sim.peers import FleetReading, drain_victims, fleet_load
 from autoscaler.sim.traces import Trace
@@ -52,7 +52,8 @@ class CoreController:
             self._fleet_out = FleetState({name: replace(g, since=g.since + epoch) for name, g in fleet.groups.items()},
                                          fleet.synced)
         assert self._fleet_out is not None
-        return replace(signals, at=signals.at + epoch), self._fleet_out
+        # (= replace(signals, at=...), through the slots: every tick)
+        return _snapshot_of(signals.at + epoch, signals.groups, signals.fleet, signals.problems), self._fleet_out
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
         if self.epoch_s:

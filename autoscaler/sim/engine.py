@@ -30,8 +30,9 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from itertools import chain
 from typing import Protocol
 
 import numpy as np
@@ -69,13 +70,14 @@ def _signals(running: float, queued: float, kv_usage: float | None = None, reque
     return s
 
 
-def _snapshot_of(at: float, groups: dict[str, GroupSignals], fleet: GroupSignals) -> SignalSnapshot:
-    """The same value as ``SignalSnapshot(at, groups, fleet, ())`` (see above)."""
+def _snapshot_of(at: float, groups: Mapping[str, GroupSignals], fleet: GroupSignals,
+                 problems: tuple = ()) -> SignalSnapshot:
+    """The same value as ``SignalSnapshot(at, groups, fleet, problems)`` (see above)."""
     s = _new(SignalSnapshot)
     _set_at(s, at)
     _set_groups(s, groups)
     _set_fleet(s, fleet)
-    _set_problems(s, ())
+    _set_problems(s, problems)
     return s
 
 
@@ -96,6 +98,18 @@ class GroupLoads:
         self.at, self.load, self.tokens = at, load, tokens
         self._model = model  # (slots per group, KV-cache tokens per group, the idle group's signals)
         self._full: SignalSnapshot | None = None
+
+    @classmethod
+    def _of(cls, at: float, load: dict[str, int], tokens: dict[str, int],
+            model: tuple[int, int, GroupSignals]) -> GroupLoads:
+        """The same as ``GroupLoads(...)``, through the slots (see ``_signals``): every scrape."""
+        s = _new(cls)
+        _set_gl_at(s, at)
+        _set_gl_load(s, load)
+        _set_gl_tokens(s, tokens)
+        _set_gl_model(s, model)
+        _set_gl_full(s, None)
+        return s
 
     def snapshot(self) -> SignalSnapshot:
         """The SignalSnapshot of this scrape (the fleet's running and queued, per group also KV use)."""
@@ -124,6 +138,10 @@ class GroupLoads:
     @property
     def fleet(self) -> GroupSignals:
         return self.snapshot().fleet
+
+
+_set_gl_at, _set_gl_load, _set_gl_tokens, _set_gl_model, _set_gl_full = (
+    GroupLoads.__dict__[name].__set__ for name in GroupLoads.__slots__)
 
 
 class Controller(Protocol):
@@ -680,7 +698,7 @@ class _Replay:
             name = g.name
             load[name] = len(inflight)
             tokens[name] = g.cache_tokens + g.ctx_tokens
-        return GroupLoads(now, load, tokens, self.loads_model)
+        return GroupLoads._of(now, load, tokens, self.loads_model)
 
     def _fleet_state(self) -> FleetState:
         # GroupState and FleetState are frozen: the same values may be handed out again. No group's
@@ -708,7 +726,9 @@ class _Replay:
                 ups.append((g.on_since, self.span1))
             clipped = [(max(s, self.span0), min(e, self.span1)) for s, e in ups]
             intervals[g.name] = [(s, e) for s, e in clipped if e > s]
-        rows = np.array(self.tick_rows, dtype=float).reshape(-1, 5)
+        # (The same array as np.array(self.tick_rows, dtype=float), built in half the time: 600,000
+        # rows in a 14-day KPA replay.)
+        rows = np.fromiter(chain.from_iterable(self.tick_rows), dtype=float, count=5 * len(self.tick_rows)).reshape(-1, 5)
         return SimResult(
             ttft_s=np.array(self.ttft_l, dtype=float),
             queue_s=np.array(self.qwait_l, dtype=float),

@@ -82,7 +82,10 @@ def fleet_load(signals: SignalSnapshot | GroupLoads, fleet: FleetState,
     ready group's load is unknown or no group is ready (every peer then holds, as Knative returns
     an invalid ``ScaleResult`` on missing data). ``reading``: the caller's memo of the fleet (the
     ready list it returns is shared: not to be changed)."""
-    ready, starting = reading.of(fleet) if reading is not None else ready_and_starting(fleet)
+    if reading is not None and fleet is reading.fleet:  # (FleetReading.of, written out: every tick)
+        ready, starting = reading.ready, reading.starting
+    else:
+        ready, starting = reading.of(fleet) if reading is not None else ready_and_starting(fleet)
     if not ready:
         return None
     total = 0.0
