@@ -87,7 +87,7 @@ class GroupLoads:
     the fleet's order: ``load``, its requests in the system (running + queued, a whole number), and
     ``tokens``, its KV tokens in use. ``groups`` and ``fleet`` are the SignalSnapshot's the same
     scrape gives without the fleet rate and percentiles (``_Replay._snapshot``), built the first
-    time either is read: a 14-day KPA replay scrapes 302,400 times and reads them at its few
+    time either is read: a 14-day KPA replay scrapes 604,800 times and reads them at its few
     thousand drains (the victim's KV use), so most scrapes build no GroupSignals."""
 
     __slots__ = ("at", "load", "tokens", "_model", "_full")
