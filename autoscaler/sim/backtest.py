@@ -380,10 +380,11 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
     return runs
 
 
-# Relative replay cost of each kind of reference (measured on the 14-day trace: an HPA replay
-# ticks every 15 s and takes ~2.3 s, the oracle ~2 s, always-on ~1 s; KPA ticks every 2 s and
-# takes about four HPAs); only the order matters.
-_COST = {"kpa": 9.0, "ray_serve": 2.8, "apa": 2.4, "hpa": 2.3, "oracle": 2.0, "dynamo_planner": 1.5, "static": 1.0}
+# Relative replay cost of each kind of reference (CPU s of one replay of the 14-day trace, alone
+# in one process: KPA ticks every 2 s, Ray Serve every 10 s, HPA and APA every 15 s; Dynamo's
+# planner ticks every 180 s but sizes each tick by 40 bisection steps); only the order matters.
+_COST = {"kpa": 2.8, "ray_serve": 0.93, "dynamo_planner": 0.87, "apa": 0.71, "hpa": 0.7, "oracle": 0.5,
+         "static": 0.35}
 
 _worker_args: tuple[Trace, Policy, float, int, RequestColumns, float] | None = None
 

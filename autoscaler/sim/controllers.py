@@ -13,8 +13,9 @@ from autoscaler.core import Action, Decision, Memory, decide, record_startup
 from autoscaler.core.types import FleetState, GroupSignals, Phase, Reason, SignalSnapshot
 from autoscaler.core.victim import groups_to_start
 from autoscaler.policy.model import Policy
+from autoscaler.sim.engine import GroupLoads, _snapshot_of
 from autoscaler.sim.loadscale import service_times_s
-from autoscaler.sim.peers import drain_victims, fleet_load
+from autoscaler.sim.peers import FleetReading, drain_victims, fleet_load
 from autoscaler.sim.traces import Trace
 
 # Enum members read at every tick, looked up once (an Enum class attribute costs ~60 ns a read).
@@ -51,7 +52,8 @@ class CoreController:
             self._fleet_out = FleetState({name: replace(g, since=g.since + epoch) for name, g in fleet.groups.items()},
                                          fleet.synced)
         assert self._fleet_out is not None
-        return replace(signals, at=signals.at + epoch), self._fleet_out
+        # (= replace(signals, at=...), through the slots: every tick)
+        return _snapshot_of(signals.at + epoch, signals.groups, signals.fleet, signals.problems), self._fleet_out
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
         if self.epoch_s:
@@ -117,9 +119,10 @@ class HpaController:
         self.order = {n: i for i, n in enumerate(policy.fleet.group_names())}
         self.at_target = target_utilization * policy.fleet.requests_per_group  # requests per group at the target
         self.floor, self.ceiling = policy.fleet.floor_groups, policy.fleet.ceiling_groups
+        self.reading = FleetReading()
 
-    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        seen = fleet_load(signals, fleet)  # the ready groups, the starting count, their load; None: hold
+    def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
+        seen = fleet_load(signals, fleet, self.reading)  # the ready groups, the starting count, their load; None: hold
         if seen is None:
             return [], []
         ready, starting, total = seen

@@ -39,6 +39,7 @@ import numpy as np
 from autoscaler.core.types import FleetState, Phase, SignalSnapshot
 from autoscaler.core.victim import choose_victim, groups_to_start
 from autoscaler.policy.model import Policy
+from autoscaler.sim.engine import GroupLoads
 from autoscaler.sim.traces import Trace
 
 _READY, _STARTING = Phase.READY, Phase.STARTING
@@ -57,14 +58,45 @@ def ready_and_starting(fleet: FleetState) -> tuple[list, int]:
     return ready, starting
 
 
-def fleet_load(signals: SignalSnapshot, fleet: FleetState) -> tuple[list, int, float] | None:
+class FleetReading:
+    """``ready_and_starting`` of the last fleet state seen, kept by a controller: the replay hands
+    the same (frozen) FleetState out again while no group changed, most ticks."""
+
+    __slots__ = ("fleet", "ready", "starting")
+
+    def __init__(self) -> None:
+        self.fleet: FleetState | None = None
+        self.ready: list = []
+        self.starting = 0
+
+    def of(self, fleet: FleetState) -> tuple[list, int]:
+        if fleet is not self.fleet:
+            self.ready, self.starting = ready_and_starting(fleet)
+            self.fleet = fleet
+        return self.ready, self.starting
+
+
+def fleet_load(signals: SignalSnapshot | GroupLoads, fleet: FleetState,
+               reading: FleetReading | None = None) -> tuple[list, int, float] | None:
     """(ready groups, starting count, running + queued over the ready groups), or None while a
     ready group's load is unknown or no group is ready (every peer then holds, as Knative returns
-    an invalid ``ScaleResult`` on missing data)."""
-    ready, starting = ready_and_starting(fleet)
+    an invalid ``ScaleResult`` on missing data). ``reading``: the caller's memo of the fleet (the
+    ready list it returns is shared: not to be changed)."""
+    if reading is not None and fleet is reading.fleet:  # (FleetReading.of, written out: every tick)
+        ready, starting = reading.ready, reading.starting
+    else:
+        ready, starting = reading.of(fleet) if reading is not None else ready_and_starting(fleet)
     if not ready:
         return None
     total = 0.0
+    if type(signals) is GroupLoads:  # the replay's scrape: whole numbers of requests, summed exactly
+        load = signals.load
+        for g in ready:
+            k = load.get(g.name)
+            if k is None:
+                return None
+            total += k
+        return ready, starting, total
     loads = signals.groups
     for g in ready:
         s = loads.get(g.name)
@@ -74,9 +106,12 @@ def fleet_load(signals: SignalSnapshot, fleet: FleetState) -> tuple[list, int, f
     return ready, starting, total
 
 
-def drain_victims(ready: list, order: dict[str, int], signals: SignalSnapshot, count: int) -> list[str]:
+def drain_victims(ready: list, order: dict[str, int], signals: SignalSnapshot | GroupLoads,
+                  count: int) -> list[str]:
     """Up to ``count`` ready groups to drain, least loaded first (core.victim), never the last."""
     victims: list[str] = []
+    if len(ready) <= 1 or count <= 0:  # (none to drain: the groups' signals are not even read)
+        return victims
     pool = list(ready)
     loads = dict(signals.groups)
     for _ in range(count):
@@ -105,8 +140,9 @@ class _Peer:
         self.period_s = period_s
         self.floor, self.ceiling = policy.fleet.floor_groups, policy.fleet.ceiling_groups
         self.order = {n: i for i, n in enumerate(policy.fleet.group_names())}
+        self.reading = FleetReading()
 
-    def act(self, desired: int, ready: list, starting: int, signals: SignalSnapshot,
+    def act(self, desired: int, ready: list, starting: int, signals: SignalSnapshot | GroupLoads,
             fleet: FleetState) -> tuple[list[str], list[str]]:
         desired = min(max(desired, self.floor), self.ceiling)
         current = len(ready) + starting
@@ -194,17 +230,15 @@ def kpa_scale(spec: KpaSpec, state: KpaState, now: float, ready_count: int, stab
     max_down = math.floor(ready / spec.max_scale_down_rate) if spec.reachable else 0.0
     dspc = math.ceil(stable / spec.target_value)
     dppc = math.ceil(panic / spec.target_value)
-    desired_stable = int(min(max(dspc, max_down), max_up))
-    desired_panic = int(min(max(dppc, max_down), max_up))
+    desired = int(min(max(dspc, max_down), max_up))  # desired_stable
     over = dppc / ready >= spec.panic_threshold
     if over:  # begin panicking, or extend the panic
         state.panic_time = now
     elif state.panic_time is not None and state.panic_time + spec.stable_window_s < now:
         state.panic_time = None  # the surge has made its way into the stable metric
         state.max_panic_pods = 0
-    desired = desired_stable
     if state.panic_time is not None:
-        desired = max(desired, desired_panic)
+        desired = max(desired, int(min(max(dppc, max_down), max_up)))  # and desired_panic
         # No scale-down in panic mode: only increases are applied.
         if desired > state.max_panic_pods:
             state.max_panic_pods = desired
@@ -266,14 +300,15 @@ class KpaController(_Peer):
         # (The loads are whole numbers of requests: the running sums are exact.)
         return self.stable_sum / n, self.panic_sum / self.panic_n
 
-    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        seen = fleet_load(signals, fleet)
+    def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
+        seen = fleet_load(signals, fleet, self.reading)
         if seen is None:
             return [], []
         ready, starting, total = seen
         stable, panic = self._windows(now, total)
         desired = kpa_scale(self.spec, self.state, now, len(ready), stable, panic)
-        if desired == len(ready) + starting:  # (most ticks: nothing to do)
+        # (Most ticks: nothing to do, often only once within the floor and ceiling, as act clamps.)
+        if min(max(desired, self.floor), self.ceiling) == len(ready) + starting:
             return [], []
         return self.act(desired, ready, starting, signals, fleet)
 
@@ -317,21 +352,28 @@ class ApaController(_Peer):
     def __init__(self, policy: Policy, start: float, target_utilization: float = DEFAULT):
         super().__init__(policy, self.SYNC_S)
         self.expected = target_utilization * policy.fleet.requests_per_group
-        self.history: deque[tuple[float, int]] = deque([(start, policy.fleet.ceiling_groups)])
+        # The recommendations of the last 300 s that are the highest of all those after them (a
+        # monotonic deque, highest first): its first is the window's highest, read in one step where
+        # the whole window (20 recommendations) was scanned at each scale-down tick.
+        self.highest: deque[tuple[float, int]] = deque([(start, policy.fleet.ceiling_groups)])
 
-    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        seen = fleet_load(signals, fleet)
+    def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
+        seen = fleet_load(signals, fleet, self.reading)
         if seen is None:
             return [], []
         ready, starting, total = seen
         current = len(ready) + starting
         desired = apa_target_replicas(float(current), self.expected, total / len(ready))
         desired = min(max(desired, self.floor), self.ceiling)
-        self.history.append((now, desired))
-        while len(self.history) > 1 and self.history[0][0] <= now - self.SCALE_DOWN_COOLDOWN_S:
-            self.history.popleft()
+        highest = self.highest
+        while highest and highest[-1][1] <= desired:  # never the highest again while this one is in
+            highest.pop()
+        highest.append((now, desired))
+        oldest = now - self.SCALE_DOWN_COOLDOWN_S
+        while highest[0][0] <= oldest:  # (this tick's own stays: now > oldest)
+            highest.popleft()
         if desired < current:
-            desired = min(current, max(d for _, d in self.history))
+            desired = min(current, highest[0][1])
         return self.act(desired, ready, starting, signals, fleet)
 
 
@@ -412,8 +454,8 @@ class RayServeController(_Peer):
         self.window = _Window(self.LOOK_BACK_S)
         self.delay = RayDelayState()
 
-    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        seen = fleet_load(signals, fleet)
+    def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
+        seen = fleet_load(signals, fleet, self.reading)
         if seen is None:
             return [], []
         ready, starting, total = seen
@@ -553,7 +595,7 @@ class DynamoPlannerController(_Peer):
             return self.ceiling
         return max(self.floor, math.ceil(num_req / self.interval / capacity))
 
-    def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
+    def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
         num_req, isl, osl = self.observe(now)
         self.num_req.add_data_point(num_req)
         self.isl.add_data_point(isl)
