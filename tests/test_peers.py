@@ -315,7 +315,7 @@ def test_compare_sweep_reports_every_peer_with_its_source_and_sweep(azure):
     out = bt.results_json(runs, policy, info, 0.0)
     ref = out["reference"]
     for peer in bt.PEER_NAMES:
-        assert ref[peer]["source"] and set(out) - {"trace", "model", "reference", "verdict"} <= set(ref[peer])
+        assert ref[peer]["source"] and set(out) - {"trace", "model", "reference", "verdict", "warmup_hours", "scored_from"} <= set(ref[peer])
         sweep = ref[f"{peer}_sweep"]
         knob = bt.peer_knob(peer)
         assert [p[knob] for p in sweep] == sorted(bt.peer_sweep(peer, policy)) and {p["knob"] for p in sweep} == {knob}
