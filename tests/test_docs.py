@@ -183,7 +183,9 @@ def run_block(block: Block, folder: Path, env: dict[str, str]) -> list[tuple[Com
 def workdir(folder: Path) -> Path:
     folder.mkdir()
     for entry in REPO.iterdir():
-        if entry.name not in (".git",):
+        # out/ is where the blocks write (a developer's own out/, from scripts/backtest.sh or the
+        # matrix, is not theirs to see or overwrite)
+        if entry.name not in (".git", "out"):
             (folder / entry.name).symlink_to(entry)
     return folder
 
