@@ -89,6 +89,15 @@ def metric(url: str, name: str) -> float | None:
 
 
 def kill_workers(folder: Path) -> None:
+    # First the scripts still running for this folder (a controller killed mid-act orphans them, and
+    # one would launch its worker after this cleanup), then every worker they launched.
+    mark = str(Path(folder).resolve())
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError, ProcessLookupError):
+                if mark in (entry / "cmdline").read_bytes().decode(errors="replace") and \
+                        "fleet_script" in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    os.kill(int(entry.name), signal.SIGKILL)
     for pid in worker_pids(folder):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

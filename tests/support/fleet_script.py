@@ -152,8 +152,20 @@ def calls(folder: Path) -> list[dict]:
 
 
 def worker_pids(folder: Path) -> list[int]:
-    """The pids of every worker the script launched (for the test's cleanup)."""
-    return [c["worker_pid"] for c in _raw(folder) if "worker_pid" in c]
+    """The pids of every worker the script launched (for the test's cleanup): those it logged, and
+    every process whose output goes to a worker log in ``folder``. A start cut between the launch
+    and its log line (a controller stopped mid-act kills the script, not the worker it started, as
+    a systemd unit outlives ssh) leaves a worker only the second finds."""
+    pids = {c["worker_pid"] for c in _raw(folder) if "worker_pid" in c}
+    logs = str(Path(folder).resolve()) + "/worker-"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "fd" / "1").startswith(logs):
+                    pids.add(int(entry.name))
+            except OSError:
+                continue
+    return sorted(pids)
 
 
 def _raw(folder: Path) -> list[dict]:
