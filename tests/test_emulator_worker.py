@@ -51,9 +51,10 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def test_health_fails_during_startup_then_passes(tmp_path):
-    w = start_worker(tmp_path, wait_ready=False, startup_s=1.5)
+    w = start_worker(tmp_path, wait_ready=False, startup_s=4)
     try:
-        # The port listens at once, but /health and inference wait for the start-up.
+        # The port listens at once, but /health and inference wait for the start-up (4 s: a loaded CI
+        # machine can take over a second between two requests).
         assert httpx.get(w.url + "/health", timeout=2).status_code == 503
         assert httpx.post(w.url + "/v1/chat/completions", json=chat_body("hi", 2, stream=False),
                           timeout=2).status_code == 503

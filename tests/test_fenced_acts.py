@@ -24,6 +24,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -267,6 +268,28 @@ def _charged_active_s(db: str, nodes: tuple[str, str]) -> float:
         engine.dispose()
 
 
+def _ledger_unobserved_s(db: str) -> float:
+    """From the crashed run's last record to the restart's first decision, by the ledger's own clock.
+    A tick stamps its records with the time the tick began, so under load the crash can come seconds
+    after the mark's time: the test's own clock (taken when the process died) would miss that part."""
+    engine = create_engine(db)
+    try:
+        with engine.connect() as conn:
+            first_run, last_run = conn.execute(text("SELECT MIN(id), MAX(id) FROM runs")).one()
+            last_write = max(x for x in (
+                conn.execute(text("SELECT MAX(at) FROM decisions WHERE run_id = :r"), {"r": first_run}).scalar(),
+                conn.execute(text("SELECT MAX(intent_at) FROM actions WHERE run_id = :r"), {"r": first_run}).scalar(),
+                conn.execute(text("SELECT MAX(at) FROM group_events WHERE run_id = :r"), {"r": first_run}).scalar(),
+            ) if x is not None)
+            restart = conn.execute(text("SELECT MIN(at) FROM decisions WHERE run_id = :r"), {"r": last_run}).scalar()
+    finally:
+        engine.dispose()
+
+    def ts(v) -> float:
+        return (v if isinstance(v, datetime) else datetime.fromisoformat(str(v))).replace(tzinfo=timezone.utc).timestamp()
+    return ts(restart) - ts(last_write)
+
+
 def _ran_s(folder: Path, group: str) -> float:
     """How long the group's worker really ran: from its launch to its stop (or now)."""
     raw = [json.loads(line) for line in (folder / "calls.jsonl").read_text().splitlines() if line.strip()]
@@ -313,6 +336,7 @@ def _kill_scenario(base: Path, point: str) -> dict:
                 nodes = {"g1": ("demo-1", "demo-2"), "g2": ("demo-3", "demo-4"), "g3": ("demo-5", "demo-6")}
                 charged = {g: _charged_active_s(db, n) for g, n in nodes.items()}
                 ran = {g: _ran_s(folder, g) for g in nodes}
+                unobserved_s = max(unobserved_s, _ledger_unobserved_s(db))
             return {"point": point, "settled_s": settled_s, "charged": charged, "ran": ran, "unobserved_s": unobserved_s}
     finally:
         kill_workers(folder)
