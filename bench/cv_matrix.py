@@ -2,8 +2,8 @@
 
     nice -n 10 .venv/bin/python bench/cv_matrix.py [--policy policies/default.yaml]
         [--grid "scaling.scale_down.stabilization_s=120,300" --grid "slo.capacity_miss_budget_pct=0.5,1"]
-        [--traces DIR] [--seeds 0,1,2] [--pu 0.35,0.5,0.7] [--warmup-hours H] [--workers 2] [--cache FILE]
-        [--json FILE]
+        [--traces DIR] [--seeds 0,1,2] [--pu 0.35,0.5,0.7] [--warmup-hours H] [--ceiling N] [--workers 2]
+        [--cache FILE] [--json FILE]
 
 Every cell is one trace at one seed and one peak utilisation; its three targets (docs/interfaces.md):
 SLO attainment >= always-on's - 0.5 pp, node-hours <= 1.10 x the oracle's, not dominated by any
@@ -23,6 +23,14 @@ Markdown matrix of both goes to stdout; every number to ``--json``.
 ``--warmup-hours H`` (default 0: the cold-start matrix) replays each trace's first H hours to build
 every controller's memory and scores only what follows (``simulate --warmup-hours``); its cells are
 cached apart from the cold ones. A trace shorter than H (as replayed) is left out with a note.
+
+``--ceiling N`` runs the same policy on a fleet of N groups (``fleet.ceiling_groups`` N, the group
+list extended with groups shaped like the last one; the floor unchanged): the matrix at other
+fleet sizes. Its references go to a cache of their own (``out/cv-references-cN.json`` unless
+``--cache`` is given), since every reference depends on the fleet.
+
+Each row also shows the session-move misses (docs/interfaces.md) of ours and of the oracle: the
+misses a drain causes by moving conversations off their cache, which more groups would not prevent.
 """
 
 from __future__ import annotations
@@ -67,6 +75,22 @@ def trace_path(root: Path, name: str) -> str:
     if name.startswith("servegen") or len(files) != 1:
         return str(d)
     return str(files[0])
+
+
+def with_ceiling(data: dict, n: int) -> dict:
+    """The policy ``data`` on a fleet of ``n`` groups: the group list cut or extended with groups
+    shaped like its last one (names g<k>, made-up addresses), ``ceiling_groups`` n."""
+    out = copy.deepcopy(data)
+    fleet = out["fleet"]
+    groups = fleet["groups"][:n]
+    size = int(fleet.get("group_size_nodes", 2))
+    while len(groups) < n:
+        k = len(groups) + 1
+        groups.append({"name": f"g{k}", "worker_url": f"http://10.0.1.{k}:30000",
+                       "nodes": [{"name": f"node-{k}-{j}", "address": f"10.0.2.{size * k + j}"} for j in range(size)]})
+    fleet["groups"], fleet["ceiling_groups"] = groups, n
+    Policy.model_validate(out)
+    return out
 
 
 def set_path(data: dict, dotted: str, value: Any) -> None:
@@ -165,7 +189,9 @@ def main() -> int:
     ap.add_argument("--warmup-hours", type=float, default=0.0,
                     help="replay each trace's first H hours unscored, to build every controller's memory (default 0)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--cache", default=str(ROOT / "out/cv-references.json"))
+    ap.add_argument("--ceiling", type=int, default=None, help="the fleet's ceiling in groups (default: the policy's)")
+    ap.add_argument("--cache", default=None, help="the references' cache (default out/cv-references.json, "
+                                                  "out/cv-references-cN.json with --ceiling N)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     global WARMUP_S
@@ -174,6 +200,11 @@ def main() -> int:
     WARMUP_S = args.warmup_hours * 3600.0
 
     base = yaml.safe_load(Path(args.policy).read_text())
+    if args.ceiling is not None:
+        base = with_ceiling(base, args.ceiling)
+    if args.cache is None:
+        args.cache = str(ROOT / ("out/cv-references.json" if args.ceiling is None
+                                 else f"out/cv-references-c{args.ceiling}.json"))
     cands = candidates(base, args.grid)
     root = Path(args.traces)
     # The five shared traces, or every folder under another --traces (bench/stress_traces.py's shapes).
@@ -233,9 +264,9 @@ def main() -> int:
         print(f"fold: held out {SHORT.get(held, held)} -> chosen on the other four: #{pick} {cands[pick][0]}")
     print()
     print("| trace | seed | peak use | ours node-h | oracle node-h | x oracle | ours SLO % | always-on SLO % "
-          "| gap pp | capacity misses (ours / always-on) | HPA | " + " | ".join(PEER_LABEL[p] for p in PEER_NAMES)
+          "| gap pp | capacity misses (ours / always-on) | session-move misses (ours / oracle) | HPA | " + " | ".join(PEER_LABEL[p] for p in PEER_NAMES)
           + " | in-sample | out-of-sample |")
-    print("|---" * (13 + len(PEER_NAMES)) + "|")
+    print("|---" * (14 + len(PEER_NAMES)) + "|")
     for trace in traces:
         for seed in seeds:
             for pu in pus:
@@ -258,7 +289,8 @@ def main() -> int:
                       f"| {refs['oracle']['node_hours']:,.1f} | {v['node_hours_vs_oracle']:.3f} "
                       f"| {100 * ins['ours']['slo_attainment']:.3f} | {100 * refs['static']['slo_attainment']:.3f} "
                       f"| {v['slo_gap_vs_static_pp']:+.3f} | {ins['ours']['capacity_misses']:,} / "
-                      f"{refs['static']['capacity_misses']:,} | {'dominated' if v['dominated_by_hpa'] else 'ok'} "
+                      f"{refs['static']['capacity_misses']:,} | {ins['ours'].get('session_move_misses', '-')} / "
+                      f"{refs['oracle'].get('session_move_misses', '-')} | {'dominated' if v['dominated_by_hpa'] else 'ok'} "
                       + "".join(f"| {peer_cell(v, p)} " for p in PEER_NAMES)
                       + f"| {mark(ins)} | {mark(oos)}"
                       + ("" if oos is ins or oos["candidate"] == ins["candidate"]
@@ -268,7 +300,11 @@ def main() -> int:
     met = sum(r["verdict"]["meets_targets"] for r in by_cand[chosen_all])
     oos_met = sum(r["verdict"]["meets_targets"] for held, pick in folds.items() for r in by_cand[pick]
                   if r["trace"] == held)
+    slo_in = sum(not r["verdict"]["slo_within_0_5pp_of_static"] for r in by_cand[chosen_all])
+    slo_oos = sum(not r["verdict"]["slo_within_0_5pp_of_static"] for held, pick in folds.items() for r in by_cand[pick]
+                  if r["trace"] == held)
     print(f"\nin-sample: {met} of {total} cells meet all three targets; out-of-sample: {oos_met} of {total}")
+    print(f"SLO misses (more than 0.5 pp below always-on): in-sample {slo_in} of {total}; out-of-sample {slo_oos}")
     print(f"wall {time.perf_counter() - started:.0f} s, {len(jobs)} replays", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps({"candidates": [c[0] for c in cands], "chosen": chosen_all,

@@ -93,6 +93,43 @@ def test_session_cache_hit_and_loss_on_drain():
     assert r.ttft_s.tolist() == pytest.approx([0.4, 0.36])
 
 
+def test_a_drain_that_moves_a_session_counts_its_miss_as_a_session_move_miss():
+    # Two groups, prefill 2,500 tokens/s, decode 20/s, target 3 s. Sessions 5 and 6 each run a
+    # first turn of 1,000 + 10 tokens on g1 (idle groups: the first takes it). The controller
+    # drains g1 at 15 s; it is empty and stops. Then, on g2 alone:
+    # - session 5's next turn, 10,000 input tokens: a full prefill of 10,000 / 2,500 = 4 s, a miss
+    #   without queue wait; with the 1,010 tokens g1 held, (10,000 - 1,010) / 2,500 = 3.596 s:
+    #   a miss anyway, so not a session-move miss;
+    # - session 6's, 8,000 tokens: 3.2 s (a miss); kept, (8,000 - 1,010) / 2,500 = 2.796 s (met):
+    #   a session-move miss;
+    # - a request of no session, 8,000 tokens: 3.2 s, a miss of its own, not moved.
+    policy = make_policy(fleet={"ceiling_groups": 2, "floor_groups": 1})
+    trace = handmade([0, 10, 100, 200, 300], [1000, 1000, 10000, 8000, 8000], [10] * 5, session=[5, 6, 5, 6, -1])
+    r = simulate(trace, policy, Fixed(["g1"]))
+    assert r.ttft_s.tolist() == pytest.approx([0.4, 0.4, 4.0, 3.2, 3.2])
+    assert r.moved.tolist() == [False, False, False, True, False]
+    s = summarise(r, policy, 1.0, 0.0)
+    assert s["session_move_misses"] == 1 and s["capacity_misses"] == 0
+    # Without the drain both sessions stay on g1 and hit its cache: 3.596 s and 2.796 s, none moved.
+    kept = simulate(trace, policy, StaticController(policy))
+    assert kept.ttft_s[2:4].tolist() == pytest.approx([3.596, 2.796])
+    assert not kept.moved.any()
+
+
+def test_a_drained_groups_prefix_blocks_count_as_moved():
+    # Request 0 (blocks 1-12: 6,144 tokens, 2.46 s prefill) runs on g1; g1 is drained at 15 s. Request
+    # 1 shares all 12 blocks and adds 4 (8,192 tokens): on g2, a full prefill of 8,192 / 2,500 =
+    # 3.28 s > 3 s; with g1's 12 blocks it would be (8,192 - 6,144) / 2,500 = 0.82 s: a session-move
+    # miss. Request 2 (blocks 50-65, no one ever held them: 3.28 s) misses for itself.
+    policy = make_policy(fleet={"ceiling_groups": 2, "floor_groups": 1})
+    blocks = [tuple(range(1, 13)), tuple(range(1, 17)), tuple(range(50, 66))]
+    trace = handmade([0, 100, 200], [6144, 8192, 8192], [10, 10, 10], blocks=blocks)
+    r = simulate(trace, policy, Fixed(["g1"]))
+    assert r.ttft_s.tolist() == pytest.approx([6144 / 2500, 8192 / 2500, 8192 / 2500])
+    assert r.moved.tolist() == [False, True, False]
+    assert summarise(r, policy, 1.0, 0.0)["session_move_misses"] == 1
+
+
 def test_prefix_blocks_route_to_the_group_that_holds_them():
     # Two groups. Request 0 (blocks 1,2,3; 1,536 tokens) goes to the least-loaded group g1.
     # Request 1 shares the prefix (blocks 1,2,3,4; 2,048 tokens): 3 of 4 blocks cached on g1,

@@ -273,6 +273,19 @@ def test_kpa_holds_in_its_start_panic_then_scales_on_the_stable_window():
     assert _tick(kpa2, 0.0, ("ready", "off", "off"), 9.0) == (["g2", "g3"], [])
 
 
+def test_kpa_windows_after_a_gap_in_its_samples():
+    # Samples every 2 s from 0 to 10 s (load 6, all within the 6 s panic window at 10 s: 6, 8, 10),
+    # then none for 100 s (no ready group was read), then one at 110 s (load 12). Every older sample
+    # is out of both windows: stable = panic = 12 / 1. (The running panic count once kept the
+    # samples the stable window had dropped, and the next window read raised IndexError.)
+    kpa = KpaController(make_policy(), 0.0)
+    for now in range(0, 12, 2):
+        kpa._windows(float(now), 6.0)
+    assert kpa._windows(110.0, 12.0) == (12.0, 12.0)
+    assert kpa._windows(112.0, 0.0) == (6.0, 6.0)  # (12 + 0) / 2 in both
+    assert kpa._windows(117.0, 3.0) == (5.0, 1.5)  # stable (12 + 0 + 3) / 3; panic (0 + 3) / 2
+
+
 def test_apa_tolerance_and_scale_down_cooldown():
     policy = make_policy()
     apa = ApaController(policy, 0.0)  # expected 4.2 per group, cooldown 300 s

@@ -224,6 +224,7 @@ def _print_table(out: dict) -> None:
         ("saving %", "savings_pct", "{:.2f}"),
         ("SLO attainment %", "slo_attainment", None),
         ("capacity misses", "capacity_misses", "{:,}"),
+        ("session-move misses", "session_move_misses", "{:,}"),
         ("TTFT p50 s", "ttft_p50_s", "{:.3f}"),
         ("TTFT p99 s", "ttft_p99_s", "{:.3f}"),
         ("groups started", "scale_ups", "{:,}"),

@@ -96,6 +96,7 @@ def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: floa
         "savings_pct": round(100.0 * (1.0 - node_hours / baseline), 3) if baseline > 0 else 0.0,
         "slo_attainment": round(float(met.mean()), 6) if n else 1.0,
         "capacity_misses": int(capacity.sum()),
+        "session_move_misses": 0 if result.moved is None else int((result.moved & ~result.cut).sum()),
         "ttft_p50_s": round(float(np.percentile(result.ttft_s, 50)), 4) if n else None,
         "ttft_p99_s": round(float(np.percentile(result.ttft_s, 99)), 4) if n else None,
         "scale_ups": result.scale_ups,
@@ -124,6 +125,7 @@ def scored_window(result: SimResult, trace: Trace, warmup_s: float) -> SimResult
     return replace(
         result,
         ttft_s=result.ttft_s[first:], queue_s=result.queue_s[first:], cut=cut,
+        moved=None if result.moved is None else result.moved[first:],
         group_intervals=intervals, span_s=(start, result.span_s[1]),
         scale_ups=sum(1 for t, _, what in result.events if what == "start" and t >= start),
         scale_downs=sum(1 for t, _, what in result.events if what == "drain" and t >= start),

@@ -162,7 +162,7 @@ class Controller(Protocol):
 class _Group:
     __slots__ = (
         "name", "idx", "phase", "since", "ready_at", "slots", "inflight", "ctx_tokens", "cache",
-        "cache_tokens", "epoch", "on_since", "drain_deadline", "up", "draining_since", "state",
+        "cache_tokens", "epoch", "on_since", "drain_deadline", "up", "draining_since", "state", "lost",
     )  # fmt: skip
 
     def __init__(self, name: str, idx: int, slots: int):
@@ -181,6 +181,7 @@ class _Group:
         self.draining_since = 0.0
         self.up: list[tuple[float, float]] = []  # closed (start, end) intervals of nodes being on
         self.state: GroupState | None = None  # the last GroupState handed to the controller
+        self.lost: dict[int, None] | None = None  # the prefix cache its last drain took out of service
 
     def settle(self, now: float) -> None:
         """Forget requests that finished by ``now`` (the one place that does)."""
@@ -207,6 +208,9 @@ class SimResult:
     tick_starting: np.ndarray
     tick_draining: np.ndarray
     events: list[tuple[float, str, str]] = field(default_factory=list)  # (t, group, "start"|"ready"|"drain"|"stop"|"return")
+    # bool per request: a session-move miss (docs/interfaces.md): missed without queue wait, and would
+    # have met the target with the prefix or session cache a drain took out of service
+    moved: np.ndarray | None = None
 
     def node_hours(self, nodes_per_group: int) -> float:
         return nodes_per_group * sum(e - s for iv in self.group_intervals.values() for s, e in iv) / 3600.0
@@ -345,6 +349,8 @@ class _Replay:
         self.ttft_l = [0.0] * self.n
         self.qwait_l = [0.0] * self.n
         self.cut = np.zeros(self.n, dtype=bool)
+        self.moved = np.zeros(self.n, dtype=bool)
+        self.slo_target = policy.slo.ttft_target_s
 
         # Every schedule starts with the ceiling ready.
         for g in self.groups[: fleet_p.ceiling_groups]:
@@ -503,8 +509,31 @@ class _Replay:
         wait = begin - a
         self.ttft_l[i] = wait + pre
         self.qwait_l[i] = wait
+        if pre > self.slo_target and not self.by_load_alone:  # a miss without its queue wait: a moved session?
+            kept = self._lost_cached(i)
+            if kept > cached and (self.inp[i] - kept) / self.prefill <= self.slo_target:
+                self.moved[i] = True
         if self.track_latency:
             _heappush(self.latency.pending, (begin + pre, wait + pre, wait))
+
+    def _lost_cached(self, i: int) -> int:
+        """How many of request ``i``'s input tokens a drain took out of service: its prefix blocks
+        in the cache a drained group held at its drain (most matched), or its session's tokens on a
+        group that was drained since (not ready, or restarted: a newer epoch)."""
+        if self.blocks is not None:
+            req_blocks = self.blocks[i]
+            best = 0
+            for g in self.groups:
+                if g.lost is not None:
+                    best = max(best, _prefix_match(g.lost, req_blocks))
+            return min(best * BLOCK_TOKENS, self.inp[i])
+        if self.sessions is not None and self.sessions[i] >= 0:
+            prev = self.session_at.get(self.sessions[i])
+            if prev is not None:
+                g = self.groups[prev[0]]
+                if g.phase is not Phase.READY or g.epoch != prev[1]:
+                    return min(prev[2], self.inp[i])
+        return 0
 
     def _remember(self, i: int, g: _Group) -> None:
         """The group now holds this request's prefix (LRU blocks) or its session's tokens."""
@@ -541,6 +570,7 @@ class _Replay:
 
     def _return_to_service(self, g: _Group, now: float) -> None:
         g.phase, g.drain_deadline = Phase.READY, math.inf
+        g.lost = None  # its cache is back in service
         self.version += 1
         self.serving.append(g)
         self.serving.sort(key=lambda x: x.idx)
@@ -562,6 +592,7 @@ class _Replay:
         if g.phase is not Phase.READY:
             return
         g.phase, g.since, g.draining_since = Phase.DRAINING, now, now
+        g.lost = g.cache  # (a start gives the group a new cache dict: this one is no longer written)
         self.version += 1
         g.drain_deadline = now + self.policy.drain.timeout_s
         self.serving.remove(g)
@@ -724,6 +755,7 @@ class _Replay:
             ttft_s=np.array(self.ttft_l, dtype=float),
             queue_s=np.array(self.qwait_l, dtype=float),
             cut=self.cut,
+            moved=self.moved,
             group_intervals=intervals,
             span_s=(self.span0, self.span1),
             scale_ups=self.scale_ups,

@@ -291,7 +291,11 @@ class KpaController(_Peer):
         self.panic_n += 1
         oldest = now - self.stable_s
         while samples[0][0] <= oldest:
-            self.stable_sum -= samples.popleft()[1]
+            old = samples.popleft()[1]
+            self.stable_sum -= old
+            if self.panic_n > len(samples):  # after a gap in the samples (no ready group was read for
+                self.panic_n -= 1  # a while) the oldest one may still be counted as panic: it goes too
+                self.panic_sum -= old
         oldest_panic = now - self.panic_s
         n = len(samples)
         while samples[n - self.panic_n][0] <= oldest_panic:  # the oldest sample still counted as panic
