@@ -285,7 +285,8 @@ def test_simulate_json_keys_compare_timeline_and_plot(tmp_path):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     keys = {"requests", "load_scale", "node_hours", "baseline_node_hours", "savings_pct", "slo_attainment",
-            "capacity_misses", "ttft_p50_s", "ttft_p99_s", "scale_ups", "scale_downs", "requests_cut_by_drain", "wall_s"}
+            "capacity_misses", "session_move_misses", "ttft_p50_s", "ttft_p99_s", "scale_ups", "scale_downs",
+            "requests_cut_by_drain", "wall_s"}
     assert keys <= set(out)
     assert set(out["trace"]) >= {"format", "requests_read", "bad_rows", "gap_windows"}
     assert out["trace"]["format"] == "azure" and out["trace"]["requests_read"] == 19366

@@ -58,7 +58,8 @@ def without_wall(o):
 
 
 def assert_same_replay(a: SimResult, b: SimResult) -> None:
-    for name in ("ttft_s", "queue_s", "cut", "tick_t", "tick_demand", "tick_ready", "tick_starting", "tick_draining"):
+    for name in ("ttft_s", "queue_s", "cut", "moved", "tick_t", "tick_demand", "tick_ready", "tick_starting",
+                 "tick_draining"):
         x, y = getattr(a, name), getattr(b, name)
         assert x.dtype == y.dtype and np.array_equal(x, y), name  # bit for bit, not approximately
     assert a.events == b.events
