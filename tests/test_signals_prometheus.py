@@ -391,3 +391,14 @@ def test_cli_show_queries_prints_the_rendered_plan(tmp_path, capsys):
         "histogram_quantile(0.99, sum by (le) (rate(sglang:time_to_first_token_seconds_bucket"
         '{instance=~"127\\\\.0\\\\.0\\\\.1:7001|127\\\\.0\\\\.0\\\\.1:7002"}[30s])))'
     )
+
+
+def test_a_fractional_query_timeout_is_one_prometheus_accepts(fleet, tmp_path):
+    # signals.timeout_s 2.5 goes to Prometheus as timeout=2.5 (plain seconds). As "2.5s" the real
+    # server refused every query (bad_data: "cannot parse 2.5s to a valid duration").
+    prom, ex = fleet
+    policy = policy_for(tmp_path, ex["a"], ex["b"], timeout_s=2.5)
+    snap, _ = poll(lambda: read_signals(policy, prom.url), lambda s: s.groups["g1"].running is not None, 20,
+                   "a reading with a 2.5 s timeout")
+    assert not [p for p in snap.problems if p.kind == "http_error"], snap.problems
+    assert (snap.groups["g1"].running, snap.groups["g2"].running) == (3, 1)

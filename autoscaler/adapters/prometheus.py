@@ -163,6 +163,12 @@ def _check_url(url: str) -> str:
     return url.rstrip("/")
 
 
+def _seconds(timeout_s: float) -> str:
+    """Prometheus's ``timeout`` parameter in plain seconds ("2.5", "3"): its API parses a float as
+    seconds, while a duration string must be whole ("3s"; "2.5s" is refused as bad_data)."""
+    return f"{timeout_s:g}"
+
+
 class PrometheusClient:
     """One Prometheus HTTP API client for a whole run: one connection pool and one thread pool,
     made once (a tick does not build a session or threads). No retries: a tick cannot wait for
@@ -220,7 +226,9 @@ class PrometheusClient:
     def query(self, promql: str, at: float, timeout_s: float | None = None) -> _Answer:
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         # Prometheus's own timeout too, so a heavy query is cut server-side rather than left running.
-        params = {"query": promql, "time": f"{at:.3f}", "timeout": f"{timeout_s:g}s"}
+        # Plain seconds: Prometheus reads "2.5" as 2.5 s but refuses "2.5s" (a Go duration has no
+        # fraction), which failed every query under a policy with signals.timeout_s 2.5.
+        params = {"query": promql, "time": f"{at:.3f}", "timeout": _seconds(timeout_s)}
         try:
             data = self._get("/api/v1/query", params, timeout_s)
         except PrometheusError as exc:
@@ -233,7 +241,7 @@ class PrometheusClient:
 
     def query_range(self, promql: str, start: float, end: float, step: float, timeout_s: float) -> list[dict]:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}",
-                  "timeout": f"{timeout_s:g}s"}
+                  "timeout": _seconds(timeout_s)}
         try:
             data = self._get("/api/v1/query_range", params, timeout_s)
         except PrometheusError as exc:
@@ -621,10 +629,7 @@ def query_range_split(
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise PrometheusError("unreachable", f"no complete answer from {url} within the time budget")
-                # Whole seconds: Prometheus reads the ``timeout`` parameter "2.5s" as no duration at
-                # all (a bare float or a Go duration without a fraction), so a chunk may overrun the
-                # budget by under a second.
-                wait_s = min(timeout_s, float(max(1, math.ceil(left))))
+                wait_s = min(timeout_s, max(0.5, left))
             for series in prom.query_range(promql, chunk_start, chunk_end, step, wait_s):
                 labels = dict(series.get("metric", {}))
                 key = frozenset(labels.items())
