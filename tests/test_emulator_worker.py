@@ -133,7 +133,7 @@ def test_ttft_grows_with_prompt_length_and_with_queueing(tmp_path):
         long, short, first, second = asyncio.run(scenario())
         assert long.done and short.done and first.done and second.done
         assert 0.38 <= long.ttft_s < 1.0, long.ttft_s
-        assert short.ttft_s < 0.2, short.ttft_s
+        assert short.ttft_s < 0.3, short.ttft_s  # 4 ms of prefill; 0.4 s would be the long one's
         a, b = sorted([first.ttft_s, second.ttft_s])
         assert 0.09 <= a < 0.3, a
         assert 0.45 <= b < 1.2, b
@@ -164,7 +164,7 @@ def test_prefix_cache_hits_skip_the_prefill(tmp_path):
         assert usage[1]["prompt_tokens_details"]["cached_tokens"] == 20000
         assert usage[2]["prompt_tokens_details"]["cached_tokens"] == 0  # differs at character 0
         assert cold.ttft_s >= 0.45 and other.ttft_s >= 0.45
-        assert warm.ttft_s < 0.2, warm.ttft_s
+        assert warm.ttft_s < 0.3, warm.ttft_s  # (a miss would prefill for 0.5 s; slack for a loaded machine)
         m = scrape(w.url)
         # hit rate = cached / prompt tokens over the recent requests: 20000 / 60006 = 0.333
         assert m["sglang:cache_hit_rate"] == pytest.approx(20000 / (20000 + 20006 + 20000), rel=1e-6)

@@ -100,7 +100,7 @@ def test_sigterm_in_the_middle_of_a_tick_finishes_the_step_and_exits_0(tmp_path,
         # /status is served apart from the tick: it answers at once while the tick is inside the start.
         t_status = time.monotonic()
         assert status(url)["leader"] is True
-        assert time.monotonic() - t_status < 1.0
+        assert time.monotonic() - t_status < 2.5  # the start takes 4 s: a blocked /status would wait it out
         t0 = time.monotonic()
         proc.signal(signal.SIGTERM)
         assert proc.wait(30) == 0
