@@ -7,7 +7,8 @@ the window of a rise, the cold-start prior and its blend, "exceeds" at a tie, th
 the burn's half-life, the risk's horizon, the seasonal share in the gate, the pin's clamp, a cap
 equal to the floor, the victim above the ceiling; and the cordon's, in tests/test_core_cordon.py:
 a cordoned group still starting, the cordon rule's place in the order, its replacement within
-the ceiling, its holds), run the test that must catch it, and restore the file: every line must
+the ceiling, its holds; the cold start's rises at tick resolution and the mean reversion of a
+rise, in tests/test_core_cold_start.py), run the test that must catch it, and restore the file: every line must
 say KILLED.
 
     .venv/bin/python bench/core_mutations.py            # all of them
@@ -18,7 +19,7 @@ A test is ``name`` (in tests/test_core_mutations.py) or ``file.py::name`` (in te
 import subprocess
 import sys
 
-N, C, S = "test_core_numbers.py", "test_core_cordon.py", "test_core_scenarios.py"
+N, C, S, K = "test_core_numbers.py", "test_core_cordon.py", "test_core_scenarios.py", "test_core_cold_start.py"
 M = [
  ("autoscaler/core/victim.py", "return (kv, load, -order)", "return (load, kv, -order)", "test_victim_key_is_kv_before_load"),
  ("autoscaler/core/decide.py", "self.lead = lead_time_s(policy, memory)", 'self.lead = (policy.fleet.startup_expected_s, "fleet.startup_expected_s")', "test_decide_uses_the_measured_p95_lead_time"),
@@ -46,7 +47,7 @@ M = [
  ("autoscaler/core/risk.py", "share = min(1.0, wait / policy.slo.ttft_target_s)", "share = 0.2 * min(1.0, wait / policy.slo.ttft_target_s)", "test_burn_counts_misses_in_proportion_to_the_queue_wait"),
  ("autoscaler/core/decide.py", "len(self.ready) < self.bounds.ceiling", "self.active < self.bounds.ceiling", "test_burn_counts_misses_while_the_ceilings_last_group_starts"),
  # issue 18: the numbers (tests/test_core_numbers.py)
- ("autoscaler/core/risk.py", "ahead = [m for i, m in closed if k < i <= cur[0]]", "ahead = [m for i, m in closed if k < i < cur[0]]", f"{N}::test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time"),
+ ("autoscaler/core/risk.py", "ahead = [_reached(c) for c in closed if k < c[0] <= cur[0]]", "ahead = [_reached(c) for c in closed if k < c[0] < cur[0]]", f"{N}::test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time"),
  ("autoscaler/core/risk.py", "k = cur[0] - ell  #", "k = cur[0] - ell + 1  #", f"{N}::test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time"),
  ("autoscaler/core/risk.py", "return max(1, math.ceil(lead_s / minute_s - 1e-9))", "return max(1, round(lead_s / minute_s))", f"{N}::test_lead_minutes"),
  ("autoscaler/core/risk.py", "RECENT_MINUTES = 360", "RECENT_MINUTES = 361", f"{N}::test_recent_rises_are_kept_for_six_hours"),
@@ -125,6 +126,20 @@ M = [
  # a rise reaches halfway to the busiest tick (issue 18: bursts shorter than a minute)
  ("autoscaler/core/risk.py", "PEAK_WEIGHT = 0.5", "PEAK_WEIGHT = 0.0", f"{N}::test_a_rise_reaches_halfway_from_a_minutes_mean_to_its_busiest_tick"),
  ("autoscaler/core/risk.py", "max(_peak(cur), demand)", "_peak(cur)", f"{N}::test_a_rise_reaches_halfway_from_a_minutes_mean_to_its_busiest_tick"),
+ # the cold start at tick resolution and the mean reversion of a rise (issue 18, tests/test_core_cold_start.py)
+ ("autoscaler/core/risk.py", "if n < PRIOR_RISES and len(memory.tick_rises) > n and policy.scaling.scale_down.tick_rises:", "if False:", f"{K}::test_the_risk_stands_on_the_tick_rises_before_thirty_minutes_are_measured"),
+ ("autoscaler/core/risk.py", "if n < PRIOR_RISES and len(memory.tick_rises) > n and policy.scaling.scale_down.tick_rises:", "if False:", f"{K}::test_a_fresh_controller_drains_on_tick_rises_after_nineteen_minutes_not_forty_one"),
+ ("autoscaler/core/risk.py", "if n < PRIOR_RISES and len(memory.tick_rises) > n and policy.scaling.scale_down.tick_rises:", "if len(memory.tick_rises) > n and policy.scaling.scale_down.tick_rises:", f"{K}::test_the_risk_stands_on_the_tick_rises_before_thirty_minutes_are_measured"),
+ ("autoscaler/core/risk.py", "    if len(memory.rises_sorted) >= PRIOR_RISES:\n        return {\"tick_window\"", "    if False:\n        return {\"tick_window\"", f"{K}::test_the_tick_rises_are_dropped_once_the_minutes_hold_thirty"),
+ ("autoscaler/core/risk.py", "start = now - (ell + 1) * minute_s  # the base minute", "start = now - ell * minute_s  # the base minute", f"{K}::test_a_rise_comes_every_tick_measured_as_the_minutes_measure_it"),
+ ("autoscaler/core/risk.py", "if window and now <= window[-1][0]:", "if False:", f"{K}::test_the_clock_going_back_starts_the_tick_rises_afresh"),
+ ("autoscaler/core/decide.py", "if scaling.scale_down.tick_rises:\n                changes.update(tick_rise_changes(memory, now", "if False:\n                changes.update(tick_rise_changes(memory, now", f"{K}::test_a_fresh_controller_drains_on_tick_rises_after_nineteen_minutes_not_forty_one"),
+ ("autoscaler/core/risk.py", "    if reach is not None:\n        # Mean reversion", "    if False:\n        # Mean reversion", f"{K}::test_a_rise_from_a_base_below_todays_level_is_not_scaled_up"),
+ ("autoscaler/core/risk.py", "if level + (top - b) > capacity)", "if top > capacity)", f"{K}::test_a_rise_from_a_base_below_todays_level_is_not_scaled_up"),
+ ("autoscaler/core/risk.py", "if level + (top - b) > capacity)", "if True)", f"{K}::test_a_rise_from_a_base_below_todays_level_is_not_scaled_up"),
+ ("autoscaler/policy/model.py", "        False,\n        description=\"In a cold start", "        True,\n        description=\"In a cold start", f"{K}::test_tick_rises_are_off_by_default"),
+ ("autoscaler/core/risk.py", "log = log + ((k, z, base, top),)", "log = log + ((k, z),)", f"{N}::test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time"),
+ ("autoscaler/core/risk.py", "                elif detail is not None:\n                    detail = None", "                elif False:\n                    detail = None", f"{N}::test_recent_rises_are_kept_for_six_hours"),
 ]
 only = sys.argv[1] if len(sys.argv) > 1 else ""
 bad = 0

@@ -61,8 +61,10 @@ def test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time():
     samples = [(0, 2.0), (0, 4.0)] + [(i, 3.0) for i in range(1, 11)] + [(11, 7.0), (12, 15.0), (13, 3.0)]
     for n, (minute, demand) in enumerate(samples):
         mem = record_minute(mem, T0 + 60 * minute + n % 2, demand, 615)
-    assert mem.rise_log == ((MINUTE, 2.0), (MINUTE + 1, 6.0))
+    # (minute, rise, base, reached): the base and the level reached are kept for the mean reversion
+    assert mem.rise_log == ((MINUTE, 2.0, 3.0, 7.0), (MINUTE + 1, 6.0, 3.0, 15.0))
     assert mem.rises_sorted == (2.0, 6.0)
+    assert mem.rise_reach == ((2.0, 3.0, 7.0), (6.0, 3.0, 15.0))
     # the closed minutes kept: the last ell + 1 = 12 (minutes 1 to 12), as means
     # (index, mean, busiest tick): one sample a minute here, so both are the sample
     assert mem.minute_max[0] == (MINUTE + 1, 3.0, 3.0) and mem.minute_max[-1] == (MINUTE + 12, 15.0, 15.0)
@@ -82,7 +84,7 @@ def test_a_rise_reaches_halfway_from_a_minutes_mean_to_its_busiest_tick():
     assert mem.minute_now == (MINUTE + 11, 20.0, 4, 11.0)
     mem = record_minute(mem, T0 + 60 * 12, 3.0, 615)
     assert mem.minute_max[-1] == (MINUTE + 11, 5.0, 11.0)
-    assert mem.rise_log == ((MINUTE, 2.5),)
+    assert mem.rise_log == ((MINUTE, 2.5, 3.0, 8.0),)
 
 
 def test_memory_saved_before_the_busiest_tick_was_kept_still_loads():
@@ -101,8 +103,16 @@ def test_recent_rises_are_kept_for_six_hours():
     mem = Memory(minute_max=tuple((MINUTE + i, 3.0) for i in range(11)), minute_now=(MINUTE + 11, 7.0, 1),
                  rise_log=old, rises_sorted=(4.0, 5.0))
     mem = record_minute(mem, T0 + 60 * 12, 3.0, 615)
-    assert mem.rise_log == ((MINUTE - 359, 4.0), (MINUTE, 2.0))
+    assert mem.rise_log == ((MINUTE - 359, 4.0), (MINUTE, 2.0, 3.0, 7.0))
     assert mem.rises_sorted == (2.0, 4.0)
+    # Rises from older memory have no base: the mean reversion is off until they have left.
+    assert mem.rise_reach == ()
+    # With bases kept, the sorted (rise, base, reached) follow the window too.
+    old = ((MINUTE - 360, 5.0, 1.0, 9.0), (MINUTE - 359, 4.0, 1.0, 8.0))
+    mem = Memory(minute_max=tuple((MINUTE + i, 3.0) for i in range(11)), minute_now=(MINUTE + 11, 7.0, 1),
+                 rise_log=old, rises_sorted=(4.0, 5.0), rise_reach=((4.0, 1.0, 8.0), (5.0, 1.0, 9.0)))
+    mem = record_minute(mem, T0 + 60 * 12, 3.0, 615)
+    assert mem.rise_reach == ((2.0, 3.0, 7.0), (4.0, 1.0, 8.0)) and mem.rises_sorted == (2.0, 4.0)
 
 
 # ----------------------------------------------------------------------- the cold-start prior
@@ -268,7 +278,7 @@ def test_the_risk_looks_one_start_up_and_one_tick_ahead():
     closed = tuple((MINUTE - k, 3.0) for k in range(12, 1, -1))
     mem = Memory(minute_max=closed, minute_now=(MINUTE - 1, 7.0, 1))
     d, mem = decide(DEMAND3, THREE_READY, P, mem, T0)
-    assert d.inputs["lead_time_s"] == 600.0 and mem.rise_log == ((MINUTE - 12, 2.0),)
+    assert d.inputs["lead_time_s"] == 600.0 and mem.rise_log == ((MINUTE - 12, 2.0, 3.0, 7.0),)
     # (2) Earlier days: 615 s reaches ceil(615 / 300) = 3 slots ahead, so the burst one slot after
     # this time of day lies ahead of 3 of day 2's 13 moments (2 at 600 s). Capacity on 2 groups
     # 8.4: a moment exceeds when its growth > (8.4 + 1) / (3 + 1) = 2.35; the burst's is
@@ -530,7 +540,7 @@ def test_a_compressed_minute_measures_rises_at_its_own_scale():
         demand = 7.0 if 10 <= second < 12 else 3.0
         fast = record_minute(fast, T0 + second, demand, 9, 2)
         slow = record_minute(slow, T0 + second, demand, 9)
-    assert fast.rise_log == ((int(T0 // 2), 2.0),) and fast.rises_sorted == (2.0,)
+    assert fast.rise_log == ((int(T0 // 2), 2.0, 3.0, 7.0),) and fast.rises_sorted == (2.0,)
     assert slow.rise_log == () and slow.minute_now[0] == MINUTE
 
 

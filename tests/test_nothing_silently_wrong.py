@@ -429,7 +429,7 @@ def test_the_memory_the_core_writes_reads_back_through_falling_rising_and_flat_d
     policy = make_policy()
     memory = fresh()
     state = fleet("ready", "ready", "ready")
-    seen_negative = False
+    seen_negative = seen_tick = False
     for tick in range(3 * 240):
         minute = tick / 4
         demand = min(17.0, 1 + minute / 2) if minute < 45 else 17.0 if minute < 90 else \
@@ -440,13 +440,17 @@ def test_the_memory_the_core_writes_reads_back_through_falling_rising_and_flat_d
         snap = signals(at=now, ttft=1.0, queue_wait=0.0, g1=(per, 0, 0.3), g2=(per, 0, 0.3), g3=(per, 0, 0.3))
         _, memory = decide(snap, state, policy, memory, now)
         stored = memory.to_dict()
-        seen_negative |= any(z < 0 for _, z in stored["rise_log"])
+        seen_negative |= any(e[1] < 0 for e in stored["rise_log"])
         doc = {"at": iso(now), "fleet": {"groups": {g: {"phase": "ready"} for g in ("g1", "g2", "g3")}},
                "memory": stored}
         loaded = snapshot_from_dict(doc, policy, "<stored memory>")[2]
         assert loaded.to_dict() == stored, f"tick {tick}"
         assert loaded.rises_sorted == memory.rises_sorted
+        assert loaded.rise_reach == memory.rise_reach and loaded.tick_rises == memory.tick_rises
+        assert loaded.tick_window == memory.tick_window
+        seen_tick |= bool(stored["tick_rises"])
     assert seen_negative  # the falling stretch was exercised
+    assert seen_tick and memory.rise_reach  # the cold start's tick rises, and the bases, were kept
 
 
 def test_a_policy_pin_note_is_one_line(tmp_path):

@@ -37,7 +37,7 @@ def test_the_models_default_budget_is_the_shipped_one():
     from autoscaler.policy.model import Slo
 
     shipped = load_policy(ROOT / "policies/default.yaml").policy.slo.capacity_miss_budget_pct
-    assert Slo().capacity_miss_budget_pct == shipped == 1.0
+    assert Slo().capacity_miss_budget_pct == shipped == 0.75
 
 
 def edit(path: str, value) -> str:

@@ -9,8 +9,8 @@ Format (README, "Ask the core offline"); every time is ISO 8601, UTC without a z
      "fleet": {"synced": true, "groups": {"g1": {"phase": "ready", "since": "2026-01-05T07:00:00Z"}}},
      "memory": {"last_scale_up_at": null, "surplus_since": null, "disruptions": [],
                 "startup_durations_s": [], "demand_samples": [], "demand_by_slot": {},
-                "minute_now": null, "minute_max": [], "rise_log": [], "seasonal_skill": null,
-                "budget_burn": null}}
+                "minute_now": null, "minute_max": [], "rise_log": [], "tick_window": [],
+                "tick_rises": [], "seasonal_skill": null, "budget_burn": null}}
 
 ``signals`` may be the output of ``autoscaler signals --json`` as it is. Groups missing from
 ``fleet.groups`` are off. ``memory`` may be omitted (a fresh controller).
@@ -173,12 +173,16 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
             raise r.fail(f"memory.{key}", f"expected a list, got {type(value).__name__}")
         return value
 
-    samples = []
-    for i, v in enumerate(items("demand_samples")):
-        if not isinstance(v, list) or len(v) != 2:
-            raise r.fail(f"memory.demand_samples[{i}]", f"{v!r} is not [time, demand]")
-        samples.append((r.time(v[0], f"memory.demand_samples[{i}][0]"),
-                        required_number(v[1], f"memory.demand_samples[{i}][1]")))
+    def timed(key: str) -> list[tuple[float, float]]:
+        out = []
+        for i, v in enumerate(items(key)):
+            if not isinstance(v, list) or len(v) != 2:
+                raise r.fail(f"memory.{key}[{i}]", f"{v!r} is not [time, demand]")
+            out.append((r.time(v[0], f"memory.{key}[{i}][0]"), required_number(v[1], f"memory.{key}[{i}][1]")))
+        return out
+
+    samples = timed("demand_samples")
+    tick_window = timed("tick_window")
     by_slot = {}
     for k, v in r.mapping(mem.get("demand_by_slot", {}), "memory.demand_by_slot").items():
         if not str(k).lstrip("-").isdigit():
@@ -190,14 +194,27 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
             raise r.fail(where, "null is not a number")
         return number
 
-    def pairs(key: str, what: str, *, signed: bool = False) -> tuple[tuple[int, float], ...]:
-        out = []
-        read = signed_number if signed else required_number
-        for i, v in enumerate(items(key)):
-            if not isinstance(v, list) or len(v) != 2 or not isinstance(v[0], int) or isinstance(v[0], bool):
-                raise r.fail(f"memory.{key}[{i}]", f"{v!r} is not [{what}]")
-            out.append((v[0], read(v[1], f"memory.{key}[{i}][1]")))
+    def rises() -> tuple[tuple, ...]:
+        """[minute index, rise, base, reached] (or, saved before bases were kept, the first two). A
+        rise is signed: demand that fell over the lead time is a negative rise (core/risk.py's _z)."""
+        out: list[tuple] = []
+        for i, v in enumerate(items("rise_log")):
+            if (not isinstance(v, list) or len(v) not in (2, 4) or not isinstance(v[0], int)
+                    or isinstance(v[0], bool)):
+                raise r.fail(f"memory.rise_log[{i}]", f"{v!r} is not [minute index, rise, base, reached]")
+            out.append((v[0], signed_number(v[1], f"memory.rise_log[{i}][1]"),
+                        *(required_number(x, f"memory.rise_log[{i}][{j}]") for j, x in enumerate(v[2:], 2))))
         return tuple(out)
+
+    def tick_rises() -> tuple[tuple[float, float, float], ...]:
+        out = []
+        for i, v in enumerate(items("tick_rises")):
+            if not isinstance(v, list) or len(v) != 3:
+                raise r.fail(f"memory.tick_rises[{i}]", f"{v!r} is not [rise, base, reached]")
+            out.append((signed_number(v[0], f"memory.tick_rises[{i}][0]"),
+                        required_number(v[1], f"memory.tick_rises[{i}][1]"),
+                        required_number(v[2], f"memory.tick_rises[{i}][2]")))
+        return tuple(sorted(out))
 
     def minute_means() -> tuple[tuple[int, float, float], ...]:
         """[minute index, mean demand, busiest tick] (or, saved before the busiest tick was kept, the
@@ -236,13 +253,16 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         burn = (required_number(burn[0], "memory.budget_burn[0]"), required_number(burn[1], "memory.budget_burn[1]"),
                 r.time(burn[2], "memory.budget_burn[2]"))
     # A rise is signed: demand that fell over the lead time is a negative rise (core/risk.py's _z).
-    rise_log = pairs("rise_log", "minute index, rise", signed=True)
+    rise_log = rises()
     skill = numbers("seasonal_skill", 2)
     memory = Memory(
         minute_now=minute_now,
         minute_max=minute_means(),
         rise_log=rise_log,
-        rises_sorted=tuple(sorted(z for _, z in rise_log)),
+        rises_sorted=tuple(sorted(e[1] for e in rise_log)),
+        rise_reach=tuple(sorted(e[1:] for e in rise_log)) if all(len(e) == 4 for e in rise_log) else (),
+        tick_window=tuple(tick_window),
+        tick_rises=tick_rises(),
         seasonal_skill=skill,  # type: ignore[arg-type]
         budget_burn=burn,
         last_scale_up_at=opt_time("last_scale_up_at"),

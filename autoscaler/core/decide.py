@@ -45,6 +45,7 @@ from autoscaler.core.risk import (
     exceed_probability,
     minute_changes,
     seasonal_peaks_memo,
+    tick_rise_changes,
 )
 from autoscaler.core.types import (
     Action,
@@ -157,6 +158,8 @@ class _Tick:
             # burn, in one copy of the memory (each reads only fields the others do not change).
             changes = demand_changes(memory, policy, now, self.demand, self.risk_horizon)
             changes.update(minute_changes(memory, now, self.demand, self.risk_horizon, policy.forecast.minute_s))
+            if scaling.scale_down.tick_rises:
+                changes.update(tick_rise_changes(memory, now, self.demand, self.risk_horizon, policy.forecast.minute_s))
             changes.update(burn_changes(memory, policy, now, fl.request_rate, self.queued or 0.0,
                                         fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling))
             memory = memory.with_(**changes)
@@ -496,15 +499,26 @@ def _surplus(t: _Tick, remaining: int) -> tuple[bool, str, dict[str, Any]]:
                 f"; seasonal {_fmt_pct(risk.p_seasonal)} over {risk.seasonal_days} days x weight {risk.seasonal_weight:.2f}")
     spend = "unmeasured" if burn is None else f"burning {burn:.2f}x"
     numbers = (f"P(demand > {_fmt(capacity)} within {_fmt(t.risk_horizon)} s) = {_fmt_pct(risk.probability)} "
-               f"(recent {_fmt_pct(risk.p_recent)} over {risk.samples} {_minutes(policy)}{seasonal}), "
+               f"(recent {_fmt_pct(risk.p_recent)} over {_rises(risk, policy)}{seasonal}), "
                f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed)}; {numbers}")
     need = down.min_measured_rises
     if risk.samples < need:
         # Cold start: the prior is a guess about a fleet never seen; a drain waits for the fleet's own
         # rises (scale_down.min_measured_rises, 30: at the default minute and a 615 s lead, 41 minutes).
-        numbers = f"only {risk.samples} of {need} {_minutes(policy)} of rises measured: no drain on the prior alone; {numbers}"
+        numbers = f"only {risk.samples} of {need} {_rises_of(risk, policy)} measured: no drain on the prior alone; {numbers}"
         return False, numbers, extra
     return fits and risk.probability <= allowed, numbers, extra
+
+
+def _rises(risk: Risk, policy: Policy) -> str:
+    """What the recent risk stands on: "360 minutes", or in the cold start "34 rises at tick resolution"."""
+    if risk.resolution == "tick":
+        return f"{risk.samples} rises at tick resolution"
+    return f"{risk.samples} {_minutes(policy)}"
+
+
+def _rises_of(risk: Risk, policy: Policy) -> str:
+    return "rises at tick resolution" if risk.resolution == "tick" else f"{_minutes(policy)} of rises"
 
 
 def _minutes(policy: Policy) -> str:

@@ -95,12 +95,15 @@ class Risk:
     seasonal_weight: float
     samples: int  # measured recent rises the estimate stands on (besides the prior)
     seasonal_days: int
+    # "minute": one rise per closed minute; "tick": the cold start's rises from a minute starting
+    # at every tick (``tick_rise_changes``), before PRIOR_RISES minutes are measured.
+    resolution: str = "minute"
 
     def to_dict(self) -> dict:
         return {"probability": round(self.probability, 5), "p_recent": round(self.p_recent, 5),
                 "p_seasonal": None if self.p_seasonal is None else round(self.p_seasonal, 5),
                 "seasonal_weight": round(self.seasonal_weight, 4), "rise_samples": self.samples,
-                "seasonal_days_used": self.seasonal_days}
+                "rise_resolution": self.resolution, "seasonal_days_used": self.seasonal_days}
 
 
 def lead_minutes(lead_s: float, minute_s: float = MINUTE_S) -> int:
@@ -135,7 +138,8 @@ def minute_changes(memory: Memory, now: float, demand: float, lead_s: float, min
     minute = int(now // minute_s)
     cur = memory.minute_now
     if cur is not None and minute < cur[0]:
-        return {"minute_now": (minute, demand, 1, demand), "minute_max": (), "rise_log": (), "rises_sorted": ()}
+        return {"minute_now": (minute, demand, 1, demand), "minute_max": (), "rise_log": (), "rises_sorted": (),
+                "rise_reach": ()}
     if cur is None or cur[0] == minute:
         if cur is None:
             return {"minute_now": (minute, demand, 1, demand)}
@@ -148,24 +152,87 @@ def minute_changes(memory: Memory, now: float, demand: float, lead_s: float, min
     while drop < len(closed) and closed[drop][0] < keep_from:
         drop += 1
     closed = closed[drop:]
-    log, ordered = memory.rise_log, memory.rises_sorted
+    log, ordered, reach = memory.rise_log, memory.rises_sorted, memory.rise_reach
     k = cur[0] - ell  # the minute whose lead time just completed
     base = next((c[1] for c in closed if c[0] == k), None)
     if base is not None:
         ahead = [_reached(c) for c in closed if k < c[0] <= cur[0]]
         if ahead:
-            z = _z(max(ahead) - base, base)
-            log = log + ((k, z),)
+            top = max(ahead)
+            z = _z(top - base, base)
+            log = log + ((k, z, base, top),)
             values = list(ordered)
             insort(values, z)
+            detail = list(reach) if len(reach) == len(ordered) else None
+            if detail is not None:
+                insort(detail, (z, base, top))
             cut = 0
             while cut < len(log) and log[cut][0] <= k - RECENT_MINUTES:
                 cut += 1
-            for _, old in log[:cut]:
-                del values[bisect_right(values, old) - 1]
+            for old in log[:cut]:
+                del values[bisect_right(values, old[1]) - 1]
+                if detail is not None and len(old) == 4:
+                    del detail[bisect_right(detail, old[1:]) - 1]
+                elif detail is not None:
+                    detail = None
             log = log[cut:]
             ordered = tuple(values)
-    return {"minute_now": (minute, demand, 1, demand), "minute_max": closed, "rise_log": log, "rises_sorted": ordered}
+            reach = () if detail is None else tuple(detail)
+    return {"minute_now": (minute, demand, 1, demand), "minute_max": closed, "rise_log": log, "rises_sorted": ordered,
+            "rise_reach": reach}
+
+
+def tick_rise_changes(memory: Memory, now: float, demand: float, lead_s: float, minute_s: float = MINUTE_S) -> dict:
+    """The cold start's evidence: rises at tick resolution, until ``PRIOR_RISES`` minutes are measured.
+
+    A minute's rise needs the lead time after it, so one rise a minute leaves a fresh fleet on its
+    prior for 41 minutes (30 rises, 11-minute lead). Measured the same way from a minute that
+    starts at every tick (the ticks of (now - (L + 1) minutes, now - L minutes] as the base, then
+    halfway to the busiest tick of each of the L minutes after it), a rise comes every tick: with
+    15 s ticks and a 615 s lead, four a minute, 30 in 19.5 minutes. Each is a rise the minutes could
+    have measured had they started a tick earlier, so the two kinds compare; an on/off burst shows in
+    them within minutes. They are consecutive and overlap, so they are only the cold start's
+    evidence: once the minutes hold ``PRIOR_RISES`` rises (41 minutes in, at that lead), the
+    minutes alone decide and these are dropped.
+
+    E.g. a minute of 15 s ticks. Ticks at 3, 3, 3, 3 (the base, mean 3), then one later minute at
+    3, 3, 11, 3 (mean 5, busiest 11): it reached 5 + 0.5 x (11 - 5) = 8, a rise of (8 - 3) / sqrt(4)
+    = 2.5 -- the same rise as the aligned minute would have measured.
+    """
+    if len(memory.rises_sorted) >= PRIOR_RISES:
+        return {"tick_window": (), "tick_rises": ()} if memory.tick_window or memory.tick_rises else {}
+    window, rises = memory.tick_window, memory.tick_rises
+    if window and now <= window[-1][0]:  # the clock went back: start afresh, as the minutes do
+        window, rises = (), ()
+    ell = lead_minutes(lead_s, minute_s)
+    start = now - (ell + 1) * minute_s  # the base minute is (start, start + minute]
+    window = window + ((now, demand),)
+    cut = 0
+    while cut < len(window) and window[cut][0] <= start:
+        cut += 1
+    if cut == 0:  # the ticks do not reach back to the base minute's start yet
+        return {"tick_window": window, "tick_rises": rises}
+    window = window[cut:]
+    bounds = [start + j * minute_s for j in range(ell + 2)]
+    sums = [0.0] * (ell + 1)
+    counts = [0] * (ell + 1)
+    peaks = [0.0] * (ell + 1)
+    j = 0
+    for t, d in window:
+        while t > bounds[j + 1] + 1e-9:
+            j += 1
+        sums[j] += d
+        counts[j] += 1
+        peaks[j] = max(peaks[j], d) if counts[j] > 1 else d
+    if counts[0] == 0:
+        return {"tick_window": window, "tick_rises": rises}
+    base = sums[0] / counts[0]
+    ahead = [_reached((0, sums[i] / counts[i], peaks[i])) for i in range(1, ell + 1) if counts[i]]
+    if not ahead:
+        return {"tick_window": window, "tick_rises": rises}
+    values = list(rises)
+    insort(values, (_z(max(ahead) - base, base), base, max(ahead)))
+    return {"tick_window": window, "tick_rises": tuple(values)}
 
 
 def _peak(cur: tuple) -> float:
@@ -304,7 +371,23 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
     # over minute by minute and alone once there are PRIOR_RISES of them (10 measured: 1/3 measured,
     # 2/3 prior).
     n = len(ordered)
-    measured = (n - bisect_right(ordered, z_at)) / n if n else 0.0
+    reach = memory.rise_reach if len(memory.rise_reach) == n else None
+    resolution = "minute"
+    if n < PRIOR_RISES and len(memory.tick_rises) > n and policy.scaling.scale_down.tick_rises:
+        # Before the minutes hold PRIOR_RISES rises, the rises measured at every tick stand in for
+        # them (tick_rise_changes): an on/off burst shows within minutes, not after 41.
+        reach, resolution = memory.tick_rises, "tick"
+        ordered, n = tuple(r[0] for r in reach), len(reach)
+    first = bisect_right(ordered, z_at)
+    over = n - first
+    if reach is not None:
+        # Mean reversion: a rise from a base below today's level is partly the return to the fleet's
+        # usual level, and is not scaled up to today's. From a base of 2, demand reaching 8 is
+        # z = 6 / sqrt(3) = 3.46, which from today's 5 would say 5 + 3.46 x sqrt(6) = 13.5; the same
+        # rise of 6 requests from today's level says 5 + 6 = 11. A moment exceeds only when both do:
+        # from a base above today's level, the scaled rise is the smaller and decides, as before.
+        over = sum(1 for _, b, top in reach[first:] if level + (top - b) > capacity)
+    measured = over / n if n else 0.0
     if n >= PRIOR_RISES:
         p_recent = measured
     else:
@@ -321,7 +404,7 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
         over = len(growths) - bisect_right(growths, (capacity + 1.0) / (level + 1.0))
         p_seasonal = (over + p_recent) / (len(growths) + 1)
     p = (1 - weight) * p_recent + weight * (p_seasonal or 0.0)
-    return Risk(p, p_recent, p_seasonal, weight, len(ordered), days)
+    return Risk(p, p_recent, p_seasonal, weight, n, days, resolution)
 
 
 def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, queued: float,

@@ -190,8 +190,17 @@ class Memory:
     # hours (time order, and the same values sorted for the probability: derived, not serialised).
     minute_now: tuple[int, float, int, float] | None = None  # (index, sum, count, busiest tick)
     minute_max: tuple[tuple[int, float, float], ...] = ()  # (index, mean, busiest tick)
-    rise_log: tuple[tuple[int, float], ...] = ()
+    rise_log: tuple[tuple, ...] = ()  # (minute, rise, base, reached), or (minute, rise) from older memory
     rises_sorted: tuple[float, ...] = ()
+    # The same rises as (rise, base, reached), sorted; empty when any rise's base is not known
+    # (memory saved before bases were kept), and the rise alone decides (derived, not serialised).
+    rise_reach: tuple[tuple[float, float, float], ...] = ()
+    # The cold start's evidence (core/risk.py, ``tick_rise_changes``): until PRIOR_RISES minutes of
+    # rises are measured, a rise is also measured from a minute that starts at every tick. The ticks
+    # of the last lead time and minute, (time, demand), and the rises so far, sorted; both empty once
+    # the minutes take over.
+    tick_window: tuple[tuple[float, float], ...] = ()
+    tick_rises: tuple[tuple[float, float, float], ...] = ()  # (rise, base, reached), sorted
     # How well the seasonal forecast predicted recently: (mean abs error of the seasonal prediction,
     # of persistence), exponentially weighted; None until measured (the seasonal part is then unused).
     seasonal_skill: tuple[float, float] | None = None
@@ -214,6 +223,8 @@ class Memory:
             "minute_now": None if self.minute_now is None else list(self.minute_now),
             "minute_max": [list(m) for m in self.minute_max],
             "rise_log": [list(r) for r in self.rise_log],
+            "tick_window": [[iso(t), d] for t, d in self.tick_window],
+            "tick_rises": [list(r) for r in self.tick_rises],
             "seasonal_skill": None if self.seasonal_skill is None else list(self.seasonal_skill),
             "budget_burn": None if self.budget_burn is None else [self.budget_burn[0], self.budget_burn[1],
                                                                   iso(self.budget_burn[2])],

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from autoscaler.core.forecast import demand_changes, lead_time_s
-from autoscaler.core.risk import minute_changes
+from autoscaler.core.risk import minute_changes, tick_rise_changes
 from autoscaler.core.types import Memory
 from autoscaler.policy.model import Policy
 
@@ -36,5 +36,7 @@ def fold_demand_history(memory: Memory, policy: Policy, samples: Iterable[tuple[
     for t, demand in samples:
         changes = demand_changes(memory, policy, t, demand, risk_horizon)
         changes.update(minute_changes(memory, t, demand, risk_horizon, policy.forecast.minute_s))
+        if policy.scaling.scale_down.tick_rises:
+            changes.update(tick_rise_changes(memory, t, demand, risk_horizon, policy.forecast.minute_s))
         memory = memory.with_(**changes)
     return memory
