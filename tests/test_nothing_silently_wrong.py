@@ -426,7 +426,7 @@ def test_the_memory_the_core_writes_reads_back_through_falling_rising_and_flat_d
     from autoscaler.core.types import iso
     from tests.core_helpers import T0, decide, fleet, fresh, make_policy, signals
 
-    policy = make_policy()
+    policy = make_policy(scaling={"scale_down": {"tick_rises": True}})
     memory = fresh()
     state = fleet("ready", "ready", "ready")
     seen_negative = seen_tick = False
