@@ -20,7 +20,7 @@ from autoscaler.core.types import FleetState, GroupSignals, GroupState, Phase
 def victim_key(order: int, signals: GroupSignals) -> tuple[float, float, int]:
     kv = signals.kv_usage if signals.kv_usage is not None else float("inf")
     load = (signals.running or 0.0) + (signals.queued or 0.0)
-    return (load, kv, -order)
+    return (kv, load, -order)
 
 
 _NO_SIGNALS = GroupSignals()  # a group without signals (frozen: one instance serves every lookup)
