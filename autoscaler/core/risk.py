@@ -189,7 +189,7 @@ def tick_rise_changes(memory: Memory, now: float, demand: float, lead_s: float, 
     prior for 41 minutes (30 rises, 11-minute lead). Measured the same way from a minute that
     starts at every tick (the ticks of (now - (L + 1) minutes, now - L minutes] as the base, then
     halfway to the busiest tick of each of the L minutes after it), a rise comes every tick: with
-    15 s ticks and a 615 s lead, four a minute, 30 in 19.5 minutes. Each is a rise the minutes could
+    15 s ticks and a 615 s lead, four a minute, 30 in 19.25 minutes. Each is a rise the minutes could
     have measured had they started a tick earlier, so the two kinds compare; an on/off burst shows in
     them within minutes. They are consecutive and overlap, so they are only the cold start's
     evidence: once the minutes hold ``PRIOR_RISES`` rises (41 minutes in, at that lead), the
