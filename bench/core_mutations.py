@@ -8,7 +8,8 @@ the burn's half-life, the risk's horizon, the seasonal share in the gate, the pi
 equal to the floor, the victim above the ceiling; and the cordon's, in tests/test_core_cordon.py:
 a cordoned group still starting, the cordon rule's place in the order, its replacement within
 the ceiling, its holds; the cold start's rises at tick resolution and the mean reversion of a
-rise, in tests/test_core_cold_start.py), run the test that must catch it, and restore the file: every line must
+rise, in tests/test_core_cold_start.py; the week's tail of rises and the seasonal share that only
+raises the risk, in tests/test_core_week.py), run the test that must catch it, and restore the file: every line must
 say KILLED.
 
     .venv/bin/python bench/core_mutations.py            # all of them
@@ -20,6 +21,7 @@ import subprocess
 import sys
 
 N, C, S, K = "test_core_numbers.py", "test_core_cordon.py", "test_core_scenarios.py", "test_core_cold_start.py"
+W = "test_core_week.py"
 M = [
  ("autoscaler/core/victim.py", "return (kv, load, -order)", "return (load, kv, -order)", "test_victim_key_is_kv_before_load"),
  ("autoscaler/core/decide.py", "self.lead = lead_time_s(policy, memory)", 'self.lead = (policy.fleet.startup_expected_s, "fleet.startup_expected_s")', "test_decide_uses_the_measured_p95_lead_time"),
@@ -71,9 +73,9 @@ M = [
  ("autoscaler/core/decide.py", "self.risk_horizon = self.lead[0] + scaling.tick_interval_s", "self.risk_horizon = self.lead[0]", f"{N}::test_the_risk_looks_one_start_up_and_one_tick_ahead"),
  ("autoscaler/core/decide.py", "minute_changes(memory, now, self.demand, self.risk_horizon, policy", "minute_changes(memory, now, self.demand, self.lead[0], policy", f"{N}::test_the_risk_looks_one_start_up_and_one_tick_ahead"),
  ("autoscaler/core/decide.py", "exceed_probability(t.memory, policy, t.now, capacity, t.risk_horizon)", "exceed_probability(t.memory, policy, t.now, capacity, t.horizon)", f"{N}::test_the_risk_looks_one_start_up_and_one_tick_ahead"),
- ("autoscaler/core/risk.py", "p = (1 - weight) * p_recent + weight * (p_seasonal or 0.0)", "p = p_recent", f"{N}::test_the_seasonal_share_can_hold_a_drain_the_recent_rises_allow"),
- ("autoscaler/core/risk.py", "p = (1 - weight) * p_recent + weight * (p_seasonal or 0.0)", "p = weight * p_recent + (1 - weight) * (p_seasonal or 0.0)", f"{N}::test_the_seasonal_share_blends_by_its_weight"),
- ("autoscaler/core/risk.py", "p_seasonal = (over + p_recent) / (len(growths) + 1)", "p_seasonal = over / len(growths)", f"{N}::test_the_seasonal_share_blends_by_its_weight"),
+ ("autoscaler/core/risk.py", "p = max(p_recent, (1 - weight) * p_recent + weight * (p_seasonal or 0.0))", "p = p_recent", f"{N}::test_the_seasonal_share_can_hold_a_drain_the_recent_rises_allow"),
+ ("autoscaler/core/risk.py", "p = max(p_recent, (1 - weight) * p_recent + weight * (p_seasonal or 0.0))", "p = max(p_recent, weight * p_recent + (1 - weight) * (p_seasonal or 0.0))", f"{N}::test_the_seasonal_share_blends_by_its_weight_and_never_lowers_the_risk"),
+ ("autoscaler/core/risk.py", "p_seasonal = (over + p_recent) / (len(growths) + 1)", "p_seasonal = over / len(growths)", f"{N}::test_the_seasonal_share_blends_by_its_weight_and_never_lowers_the_risk"),
  ("autoscaler/core/decide.py", 'worst = max(t.demand, t.fc.peak) if t.fc.basis == "seasonal" else t.demand', "worst = max(t.demand, t.fc.peak)", f"{N}::test_a_trusted_seasonal_forecast_counts_in_the_cap_a_trend_does_not"),
  ("autoscaler/core/decide.py", 'worst = max(t.demand, t.fc.peak) if t.fc.basis == "seasonal" else t.demand', "worst = t.demand", f"{N}::test_a_trusted_seasonal_forecast_counts_in_the_cap_a_trend_does_not"),
  ("autoscaler/core/bounds.py", "n = min(max(pin.groups, fleet.floor_groups), fleet.ceiling_groups)", "n = max(pin.groups, fleet.floor_groups)", f"{N}::test_the_pin_is_clamped_to_the_ceiling"),
@@ -139,6 +141,22 @@ M = [
  ("autoscaler/core/risk.py", "if level + (top - b) > capacity)", "if True)", f"{K}::test_a_rise_from_a_base_below_todays_level_is_not_scaled_up"),
  ("autoscaler/policy/model.py", "        False,\n        description=\"In a cold start", "        True,\n        description=\"In a cold start", f"{K}::test_tick_rises_are_off_by_default"),
  ("autoscaler/core/risk.py", "log = log + ((k, z, base, top),)", "log = log + ((k, z),)", f"{N}::test_the_rise_is_measured_to_the_busiest_minute_within_one_lead_time"),
+ # the week's tail and the seasonal share that only raises the risk (issue 18, tests/test_core_week.py)
+ ("autoscaler/core/risk.py", "p = max(p_recent, (1 - weight) * p_recent + weight * (p_seasonal or 0.0))", "p = (1 - weight) * p_recent + weight * (p_seasonal or 0.0)", f"{N}::test_the_seasonal_share_blends_by_its_weight_and_never_lowers_the_risk"),
+ ("autoscaler/core/risk.py", "if memory.tail_minutes and n >= PRIOR_RISES and resolution == \"minute\":", "if False:", f"{W}::test_a_quiet_six_hours_still_see_the_weeks_burst"),
+ ("autoscaler/core/risk.py", "if memory.tail_minutes and n >= PRIOR_RISES and resolution == \"minute\":", "if False:", f"{W}::test_the_weeks_burst_holds_a_drain_the_six_hours_allow"),
+ ("autoscaler/core/risk.py", "measured = max(measured, p_week)", "measured = p_week", f"{W}::test_a_busier_six_hours_than_the_week_decide_for_themselves"),
+ ("autoscaler/core/risk.py", "if level + (reached - base) > capacity)", "if True)", f"{W}::test_a_quiet_six_hours_still_see_the_weeks_burst"),
+ ("autoscaler/core/risk.py", "week_minutes = n + memory.tail_minutes", "week_minutes = memory.tail_minutes", f"{W}::test_a_quiet_six_hours_still_see_the_weeks_burst"),
+ ("autoscaler/core/risk.py", "TAIL_PER_HOUR = 24", "TAIL_PER_HOUR = 25", f"{W}::test_an_hour_keeps_its_24_highest_rises_and_counts_every_minute"),
+ ("autoscaler/core/risk.py", "elif rise > tops[-1]:", "elif False:", f"{W}::test_an_hour_keeps_its_24_highest_rises_and_counts_every_minute"),
+ ("autoscaler/core/risk.py", "TAIL_HOURS = 162", "TAIL_HOURS = 168", f"{W}::test_the_tail_keeps_seven_days_with_the_six_hours"),
+ ("autoscaler/core/risk.py", "first_hour = (minute - RECENT_MINUTES) // 60 - TAIL_HOURS", "first_hour = minute // 60 - TAIL_HOURS", f"{W}::test_the_tail_keeps_seven_days_with_the_six_hours"),
+ ("autoscaler/core/risk.py", "        count += 1\n        total += 1\n", "        count += 1\n", f"{W}::test_a_rise_leaving_the_six_hours_joins_its_hour"),
+ ("autoscaler/core/risk.py", "out.update(tail_changes(memory, aged, k))", "pass", f"{W}::test_folding_minutes_moves_the_rises_older_than_six_hours_into_the_tail"),
+ ("autoscaler/core/risk.py", "\"rise_reach\": (), \"rise_tail\": (), \"tail_sorted\": (), \"tail_minutes\": 0}", "\"rise_reach\": ()}", f"{W}::test_the_clock_going_back_clears_the_tail_with_the_minutes"),
+ ("autoscaler/adapters/snapshot_file.py", "tail_minutes=sum(c for _, c, _ in tail),", "", f"{W}::test_the_tail_round_trips_through_a_snapshot_and_rejects_a_bad_one"),
+ ("autoscaler/adapters/snapshot_file.py", "if out and v[0] <= out[-1][0]:", "if False:", f"{W}::test_the_tail_round_trips_through_a_snapshot_and_rejects_a_bad_one"),
 ]
 only = sys.argv[1] if len(sys.argv) > 1 else ""
 bad = 0

@@ -289,17 +289,24 @@ def test_the_risk_looks_one_start_up_and_one_tick_ahead():
 
 
 # ------------------------------------------------------------- the seasonal share in the gate
-def test_the_seasonal_share_blends_by_its_weight():
-    # Level 3, capacity 6. Recent: 4 of 40 rises (z 3.0) exceed z > (6 - 3) / 2 = 1.5 -> 10%.
-    # Seasonal: growth > 7 / 4 = 1.75: 3 of 91 moments, + the pseudo-moment at 10%:
-    # (3 + 0.1) / 92 = 3.37%. Skill (1, 3): weight 3 / (1 + 3) = 0.75.
-    # P = 0.25 x 10% + 0.75 x 3.37% = 2.5% + 2.53% = 5.03%.
+def test_the_seasonal_share_blends_by_its_weight_and_never_lowers_the_risk():
+    # Level 3, capacity 6. Recent: 1 of 40 rises (z 3.0) exceeds z > (6 - 3) / 2 = 1.5 -> 2.5%.
+    # Seasonal: growth > 7 / 4 = 1.75: 3 of 91 moments, + the pseudo-moment at 2.5%:
+    # (3 + 0.025) / 92 = 3.29%. Skill (1, 3): weight 3 / (1 + 3) = 0.75.
+    # P = 0.25 x 2.5% + 0.75 x 3.29% = 0.625% + 2.47% = 3.09%.
+    mem = _seasonal_memory((1.0, 3.0)).with_(**_rises(*([0.0] * 39 + [3.0])))
+    r = exceed_probability(mem, SEASONAL, T0, 6.0, 615)
+    assert (r.p_recent, r.seasonal_weight) == (pytest.approx(0.025), 0.75)
+    assert r.p_seasonal == pytest.approx(3.025 / 92)
+    assert r.probability == pytest.approx(0.25 * 0.025 + 0.75 * 3.025 / 92)
+    assert r.probability == pytest.approx(0.03091, abs=1e-5)
+    # Recent: 4 of 40 exceed -> 10%; seasonal (3 + 0.1) / 92 = 3.37%, lower. The blend would say
+    # 0.25 x 10% + 0.75 x 3.37% = 5.03%: a calm history at this time of day halving what the last
+    # hours measured. It does not: P = 10% (the seasonal share only raises the risk).
     mem = _seasonal_memory((1.0, 3.0)).with_(**_rises(*([0.0] * 36 + [3.0] * 4)))
     r = exceed_probability(mem, SEASONAL, T0, 6.0, 615)
-    assert (r.p_recent, r.seasonal_weight) == (pytest.approx(0.1), 0.75)
     assert r.p_seasonal == pytest.approx(3.1 / 92)
-    assert r.probability == pytest.approx(0.25 * 0.1 + 0.75 * 3.1 / 92)
-    assert r.probability == pytest.approx(0.05027, abs=1e-5)
+    assert r.probability == pytest.approx(0.1)
 
 
 def test_the_seasonal_share_can_hold_a_drain_the_recent_rises_allow():

@@ -9,7 +9,7 @@ Format (README, "Ask the core offline"); every time is ISO 8601, UTC without a z
      "fleet": {"synced": true, "groups": {"g1": {"phase": "ready", "since": "2026-01-05T07:00:00Z"}}},
      "memory": {"last_scale_up_at": null, "surplus_since": null, "disruptions": [],
                 "startup_durations_s": [], "demand_samples": [], "demand_by_slot": {},
-                "minute_now": null, "minute_max": [], "rise_log": [], "tick_window": [],
+                "minute_now": null, "minute_max": [], "rise_log": [], "rise_tail": [], "tick_window": [],
                 "tick_rises": [], "seasonal_skill": null, "budget_burn": null}}
 
 ``signals`` may be the output of ``autoscaler signals --json`` as it is. Groups missing from
@@ -216,6 +216,25 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
                         required_number(v[2], f"memory.tick_rises[{i}][2]")))
         return tuple(sorted(out))
 
+    def rise_tail() -> tuple[tuple[int, int, tuple[tuple[float, float, float], ...]], ...]:
+        """[hour index, minutes measured, [[rise, base, reached], ...]], hours in time order."""
+        out: list[tuple[int, int, tuple[tuple[float, float, float], ...]]] = []
+        for i, v in enumerate(items("rise_tail")):
+            where = f"memory.rise_tail[{i}]"
+            if (not isinstance(v, list) or len(v) != 3 or not isinstance(v[2], list)
+                    or any(not isinstance(v[j], int) or isinstance(v[j], bool) for j in (0, 1)) or v[1] < 0):
+                raise r.fail(where, f"{v!r} is not [hour index, minutes measured, [[rise, base, reached], ...]]")
+            if out and v[0] <= out[-1][0]:
+                raise r.fail(f"{where}[0]", f"hour {v[0]} does not come after hour {out[-1][0]}")
+            tops = []
+            for j, x in enumerate(v[2]):
+                if not isinstance(x, list) or len(x) != 3:
+                    raise r.fail(f"{where}[2][{j}]", f"{x!r} is not [rise, base, reached]")
+                tops.append((signed_number(x[0], f"{where}[2][{j}][0]"), required_number(x[1], f"{where}[2][{j}][1]"),
+                             required_number(x[2], f"{where}[2][{j}][2]")))
+            out.append((v[0], v[1], tuple(sorted(tops, reverse=True))))
+        return tuple(out)
+
     def minute_means() -> tuple[tuple[int, float, float], ...]:
         """[minute index, mean demand, busiest tick] (or, saved before the busiest tick was kept, the
         first two: the mean stands in for it)."""
@@ -254,6 +273,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
                 r.time(burn[2], "memory.budget_burn[2]"))
     # A rise is signed: demand that fell over the lead time is a negative rise (core/risk.py's _z).
     rise_log = rises()
+    tail = rise_tail()
     skill = numbers("seasonal_skill", 2)
     memory = Memory(
         minute_now=minute_now,
@@ -261,6 +281,9 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         rise_log=rise_log,
         rises_sorted=tuple(sorted(e[1] for e in rise_log)),
         rise_reach=tuple(sorted(e[1:] for e in rise_log)) if all(len(e) == 4 for e in rise_log) else (),
+        rise_tail=tail,
+        tail_sorted=tuple(sorted(x for _, _, tops in tail for x in tops)),
+        tail_minutes=sum(c for _, c, _ in tail),
         tick_window=tuple(tick_window),
         tick_rises=tick_rises(),
         seasonal_skill=skill,  # type: ignore[arg-type]

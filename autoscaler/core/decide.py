@@ -498,8 +498,12 @@ def _surplus(t: _Tick, remaining: int) -> tuple[bool, str, dict[str, Any]]:
     seasonal = ("" if risk.p_seasonal is None else
                 f"; seasonal {_fmt_pct(risk.p_seasonal)} over {risk.seasonal_days} days x weight {risk.seasonal_weight:.2f}")
     spend = "unmeasured" if burn is None else f"burning {burn:.2f}x"
+    week = ("" if risk.p_week is None else
+            f" and {_fmt_pct(risk.p_week)} over the week's {risk.week_minutes:,} {_minutes(policy)}")
+    recent = (f"recent {_fmt_pct(risk.p_recent)} over {_rises(risk, policy)}" if risk.p_week is None else
+              f"recent {_fmt_pct(risk.p_recent)}: {_fmt_pct(risk.p_hours or 0.0)} over {_rises(risk, policy)}{week}")
     numbers = (f"P(demand > {_fmt(capacity)} within {_fmt(t.risk_horizon)} s) = {_fmt_pct(risk.probability)} "
-               f"(recent {_fmt_pct(risk.p_recent)} over {_rises(risk, policy)}{seasonal}), "
+               f"({recent}{seasonal}), "
                f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed)}; {numbers}")
     need = down.min_measured_rises
     if risk.samples < need:

@@ -75,6 +75,8 @@ RECENT_MINUTES = 360  # six hours of recent rises (at the default minute)
 PRIOR_Z_MEAN = 0.5
 PRIOR_Z_SD = 0.75
 PRIOR_RISES = 30
+TAIL_HOURS = 162  # the week's tail: seven days less the six recent hours
+TAIL_PER_HOUR = 24  # two bursts an hour: a burst shows in the rise of every minute within a lead time before it (12 at 615 s)
 # A rise is measured to halfway between a later minute's mean and its busiest tick: minute means
 # alone hid the bursts shorter than a minute that queue requests past the TTFT target while a group
 # starts (m-small: 6 of 45 matrix cells more than 0.5 pp below always-on's SLO; with this, none).
@@ -98,12 +100,19 @@ class Risk:
     # "minute": one rise per closed minute; "tick": the cold start's rises from a minute starting
     # at every tick (``tick_rise_changes``), before PRIOR_RISES minutes are measured.
     resolution: str = "minute"
+    # The week's tail (``tail_changes``): the share over the six hours' rises and the tail's
+    # highest rises, of every minute they stand for; None before any rise has left the six hours.
+    # ``p_recent`` is the higher of it and the six hours' own share (``p_hours``).
+    p_week: float | None = None
+    week_minutes: int = 0
+    p_hours: float | None = None
 
     def to_dict(self) -> dict:
         return {"probability": round(self.probability, 5), "p_recent": round(self.p_recent, 5),
                 "p_seasonal": None if self.p_seasonal is None else round(self.p_seasonal, 5),
                 "seasonal_weight": round(self.seasonal_weight, 4), "rise_samples": self.samples,
-                "rise_resolution": self.resolution, "seasonal_days_used": self.seasonal_days}
+                "rise_resolution": self.resolution, "seasonal_days_used": self.seasonal_days,
+                "p_week": None if self.p_week is None else round(self.p_week, 5), "week_minutes": self.week_minutes}
 
 
 def lead_minutes(lead_s: float, minute_s: float = MINUTE_S) -> int:
@@ -139,7 +148,7 @@ def minute_changes(memory: Memory, now: float, demand: float, lead_s: float, min
     cur = memory.minute_now
     if cur is not None and minute < cur[0]:
         return {"minute_now": (minute, demand, 1, demand), "minute_max": (), "rise_log": (), "rises_sorted": (),
-                "rise_reach": ()}
+                "rise_reach": (), "rise_tail": (), "tail_sorted": (), "tail_minutes": 0}
     if cur is None or cur[0] == minute:
         if cur is None:
             return {"minute_now": (minute, demand, 1, demand)}
@@ -175,11 +184,57 @@ def minute_changes(memory: Memory, now: float, demand: float, lead_s: float, min
                     del detail[bisect_right(detail, old[1:]) - 1]
                 elif detail is not None:
                     detail = None
+            aged = log[:cut]
             log = log[cut:]
             ordered = tuple(values)
             reach = () if detail is None else tuple(detail)
+            if aged:
+                out = {"minute_now": (minute, demand, 1, demand), "minute_max": closed, "rise_log": log,
+                       "rises_sorted": ordered, "rise_reach": reach}
+                out.update(tail_changes(memory, aged, k))
+                return out
     return {"minute_now": (minute, demand, 1, demand), "minute_max": closed, "rise_log": log, "rises_sorted": ordered,
             "rise_reach": reach}
+
+
+def tail_changes(memory: Memory, aged: tuple, minute: int) -> dict:
+    """Rises that left the six hours (``aged``, in time order) join the week's tail.
+
+    Each hour of the tail keeps how many minutes it measured and its ``TAIL_PER_HOUR`` highest rises,
+    for ``TAIL_HOURS`` hours before the six: a week of rare bursts, at a few numbers an hour. A rise
+    without a base (older memory) counts its minute but is not kept: its reach is unknown."""
+    tail = list(memory.rise_tail)
+    ranked = list(memory.tail_sorted)
+    total = memory.tail_minutes
+    for old in aged:
+        hour = old[0] // 60
+        if tail and tail[-1][0] == hour:
+            _, count, tops = tail[-1]
+        elif tail and tail[-1][0] > hour:  # the clock went back: keep the tail in order
+            continue
+        else:
+            count, tops = 0, ()
+            tail.append((hour, 0, ()))
+        count += 1
+        total += 1
+        if len(old) == 4:
+            rise = (old[1], old[2], old[3])
+            if len(tops) < TAIL_PER_HOUR:
+                tops = tuple(sorted(tops + (rise,), reverse=True))
+                insort(ranked, rise)
+            elif rise > tops[-1]:
+                del ranked[bisect_right(ranked, tops[-1]) - 1]
+                tops = tuple(sorted(tops[:-1] + (rise,), reverse=True))
+                insort(ranked, rise)
+        tail[-1] = (hour, count, tops)
+    first_hour = (minute - RECENT_MINUTES) // 60 - TAIL_HOURS
+    cut = 0
+    while cut < len(tail) and tail[cut][0] < first_hour:
+        for rise in tail[cut][2]:
+            del ranked[bisect_right(ranked, rise) - 1]
+        total -= tail[cut][1]
+        cut += 1
+    return {"rise_tail": tuple(tail[cut:]), "tail_sorted": tuple(ranked), "tail_minutes": total}
 
 
 def tick_rise_changes(memory: Memory, now: float, demand: float, lead_s: float, minute_s: float = MINUTE_S) -> dict:
@@ -388,6 +443,19 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
         # from a base above today's level, the scaled rise is the smaller and decides, as before.
         over = sum(1 for _, b, top in reach[first:] if level + (top - b) > capacity)
     measured = over / n if n else 0.0
+    p_hours, p_week, week_minutes = measured, None, 0
+    tail = memory.tail_sorted
+    if memory.tail_minutes and n >= PRIOR_RISES and resolution == "minute":
+        # The week's tail: a quiet six hours do not prove that the week's bursts are gone. The six
+        # hours' exceeding rises and the tail's, over every minute they stand for; the higher share
+        # decides. (360 quiet minutes, and a burst 6 hours ago that exceeded in 6 of its minutes,
+        # 300 minutes in the tail: 0 of 360, but 6 of 660 = 0.91%.) The tail keeps each hour's
+        # TAIL_PER_HOUR highest rises: an hour in which more exceeded counts that many.
+        at = bisect_right(tail, (z_at, math.inf, math.inf))
+        over_tail = sum(1 for _, base, reached in tail[at:] if level + (reached - base) > capacity)
+        week_minutes = n + memory.tail_minutes
+        p_week = (over + over_tail) / week_minutes
+        measured = max(measured, p_week)
     if n >= PRIOR_RISES:
         p_recent = measured
     else:
@@ -403,8 +471,11 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
         # recent estimate, so that no history is ever 0% or 100%.
         over = len(growths) - bisect_right(growths, (capacity + 1.0) / (level + 1.0))
         p_seasonal = (over + p_recent) / (len(growths) + 1)
-    p = (1 - weight) * p_recent + weight * (p_seasonal or 0.0)
-    return Risk(p, p_recent, p_seasonal, weight, n, days, resolution)
+    # The seasonal share raises the risk by its weight and never lowers it: a calm history at this
+    # time of day must not halve what the rises measured (recent 2%, seasonal 0.02% at weight 0.49
+    # would say 1%, and m-small's next burst came after it).
+    p = max(p_recent, (1 - weight) * p_recent + weight * (p_seasonal or 0.0))
+    return Risk(p, p_recent, p_seasonal, weight, n, days, resolution, p_week, week_minutes, p_hours)
 
 
 def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, queued: float,

@@ -195,6 +195,13 @@ class Memory:
     # The same rises as (rise, base, reached), sorted; empty when any rise's base is not known
     # (memory saved before bases were kept), and the rise alone decides (derived, not serialised).
     rise_reach: tuple[tuple[float, float, float], ...] = ()
+    # The week's tail (core/risk.py, ``tail_changes``): a rise that leaves the six hours joins its
+    # hour, (hour index, minutes measured in it, its TAIL_PER_HOUR highest rises as (rise, base,
+    # reached), highest first), for TAIL_HOURS hours; and those rises sorted, with the count of
+    # minutes they stand for (derived, not serialised).
+    rise_tail: tuple[tuple[int, int, tuple[tuple[float, float, float], ...]], ...] = ()
+    tail_sorted: tuple[tuple[float, float, float], ...] = ()
+    tail_minutes: int = 0
     # The cold start's evidence (core/risk.py, ``tick_rise_changes``): until PRIOR_RISES minutes of
     # rises are measured, a rise is also measured from a minute that starts at every tick. The ticks
     # of the last lead time and minute, (time, demand), and the rises so far, sorted; both empty once
@@ -223,6 +230,7 @@ class Memory:
             "minute_now": None if self.minute_now is None else list(self.minute_now),
             "minute_max": [list(m) for m in self.minute_max],
             "rise_log": [list(r) for r in self.rise_log],
+            "rise_tail": [[h, c, [list(r) for r in tops]] for h, c, tops in self.rise_tail],
             "tick_window": [[iso(t), d] for t, d in self.tick_window],
             "tick_rises": [list(r) for r in self.tick_rises],
             "seasonal_skill": None if self.seasonal_skill is None else list(self.seasonal_skill),

@@ -78,7 +78,8 @@ class WarmStart:
         info = {"from": iso(first), "to": iso(last), "samples": len(history.samples), "gaps": history.gaps,
                 "step_s": history.step_s, "source": "prometheus", "url": self.url}
         log.info("warm start: read %d demand samples from %s, %s to %s (%.1f h at %g s steps, %d of %d steps "
-                 "without data); the memory holds %d 5-minute slots and %d measured rises",
-                 len(history.samples), self.url, info["from"], info["to"], (last - first) / 3600.0, history.step_s,
-                 history.gaps, history.steps, len(warmed.history_by_slot()), len(warmed.rise_log))
+                 "without data); the memory holds %d 5-minute slots and %d measured rises, and %d minutes of the week's "
+                 "tail", len(history.samples), self.url, info["from"], info["to"], (last - first) / 3600.0,
+                 history.step_s, history.gaps, history.steps, len(warmed.history_by_slot()), len(warmed.rise_log),
+                 warmed.tail_minutes)
         return warmed, info
