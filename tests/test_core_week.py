@@ -14,6 +14,7 @@ from autoscaler.core.risk import (
     RECENT_MINUTES,
     TAIL_HOURS,
     TAIL_PER_HOUR,
+    closed_tail_rises,
     exceed_probability,
     record_minute,
     tail_changes,
@@ -31,9 +32,8 @@ def _quiet(level: float = 5.0, n: int = RECENT_MINUTES) -> dict:
 
 
 def _tail(*hours: tuple[int, int, tuple]) -> dict:
-    tail = tuple((h, c, tuple(sorted(tops, reverse=True))) for h, c, tops in hours)
-    return {"rise_tail": tail, "tail_sorted": tuple(sorted(x for _, _, tops in tail for x in tops)),
-            "tail_minutes": sum(c for _, c, _ in tail)}
+    tail = tuple((h, c, tuple(sorted(tops))) for h, c, tops in hours)
+    return {"rise_tail": tail, "tail_sorted": closed_tail_rises(tail), "tail_minutes": sum(c for _, c, _ in tail)}
 
 
 # ------------------------------------------------------------------------- building the tail
@@ -41,13 +41,15 @@ def test_a_rise_leaving_the_six_hours_joins_its_hour():
     start = HOUR * 60  # the first minute of an hour
     aged = ((start, 1.0, 3.0, 5.0), (start + 1, 4.0, 3.0, 10.0))
     c = tail_changes(Memory(), aged, start + RECENT_MINUTES + 1)
-    assert c["rise_tail"] == ((HOUR, 2, ((4.0, 3.0, 10.0), (1.0, 3.0, 5.0))),)
-    assert c["tail_sorted"] == ((1.0, 3.0, 5.0), (4.0, 3.0, 10.0)) and c["tail_minutes"] == 2
-    # The next hour's first minute opens a new hour.
+    assert c["rise_tail"] == ((HOUR, 2, ((1.0, 3.0, 5.0), (4.0, 3.0, 10.0))),) and c["tail_minutes"] == 2
+    # The hour in progress is not in the sorted rises yet (they are the closed hours': rebuilt once
+    # an hour, not every minute), and they do not change while it is in progress.
+    assert "tail_sorted" not in c
+    # The next hour's first minute closes this one: its rises join the sorted ones.
     mem = Memory(**c)
     c = tail_changes(mem, ((start + 60, 2.0, 3.0, 7.0),), start + RECENT_MINUTES + 60)
     assert [h[:2] for h in c["rise_tail"]] == [(HOUR, 2), (HOUR + 1, 1)] and c["tail_minutes"] == 3
-    assert c["tail_sorted"] == ((1.0, 3.0, 5.0), (2.0, 3.0, 7.0), (4.0, 3.0, 10.0))
+    assert c["tail_sorted"] == ((1.0, 3.0, 5.0), (4.0, 3.0, 10.0))
 
 
 def test_an_hour_keeps_its_24_highest_rises_and_counts_every_minute():
@@ -58,20 +60,21 @@ def test_an_hour_keeps_its_24_highest_rises_and_counts_every_minute():
     c = tail_changes(Memory(), aged, start + RECENT_MINUTES + 30)
     (hour, count, tops), = c["rise_tail"]
     assert TAIL_PER_HOUR == 24 and (hour, count) == (HOUR, 30)
-    assert [r[0] for r in tops] == [float(z) for z in range(29, 5, -1)]
-    assert [r[0] for r in c["tail_sorted"]] == [float(z) for z in range(6, 30)]
+    assert [r[0] for r in tops] == [float(z) for z in range(6, 30)]
     assert c["tail_minutes"] == 30
     # A rise lower than the hour's 24th is counted and not kept; a higher one replaces the 24th.
     c = tail_changes(Memory(**c), ((start + 30, 1.0, 3.0, 4.0), (start + 31, 8.5, 3.0, 11.5)), start + RECENT_MINUTES + 32)
     (_, count, tops), = c["rise_tail"]
-    assert count == 32 and [r[0] for r in tops][-4:] == [9.0, 8.5, 8.0, 7.0] and len(tops) == 24
+    assert count == 32 and [r[0] for r in tops][:4] == [7.0, 8.0, 8.5, 9.0] and len(tops) == 24
+    # Once the hour closes, its 24 are the sorted rises.
+    c = tail_changes(Memory(**c), ((start + 60, 0.0, 3.0, 3.0),), start + RECENT_MINUTES + 61)
     assert [r[0] for r in c["tail_sorted"]][:4] == [7.0, 8.0, 8.5, 9.0] and len(c["tail_sorted"]) == 24
 
 
 def test_a_rise_without_a_base_counts_its_minute_and_is_not_kept():
     start = HOUR * 60
     c = tail_changes(Memory(), ((start, 7.0),), start + RECENT_MINUTES + 1)
-    assert c["rise_tail"] == ((HOUR, 1, ()),) and c["tail_sorted"] == () and c["tail_minutes"] == 1
+    assert c["rise_tail"] == ((HOUR, 1, ()),) and c["tail_minutes"] == 1
 
 
 def test_the_tail_keeps_seven_days_with_the_six_hours():
@@ -82,9 +85,17 @@ def test_the_tail_keeps_seven_days_with_the_six_hours():
     leaving = (HOUR + TAIL_HOURS) * 60  # a minute of the hour 162 hours later
     kept = tail_changes(old, ((leaving, 0.0, 3.0, 3.0),), leaving + RECENT_MINUTES + 1)
     assert [h[0] for h in kept["rise_tail"]] == [HOUR, HOUR + TAIL_HOURS] and kept["tail_minutes"] == 61
+    assert kept["tail_sorted"] == ((5.0, 3.0, 20.0),)  # the old hour closed
     gone = tail_changes(old, ((leaving + 60, 0.0, 3.0, 3.0),), leaving + 60 + RECENT_MINUTES + 1)
     assert [h[0] for h in gone["rise_tail"]] == [HOUR + TAIL_HOURS + 1] and gone["tail_minutes"] == 1
-    assert gone["tail_sorted"] == ((0.0, 3.0, 3.0),)
+    assert gone["tail_sorted"] == ()  # the old hour left the week; the new one is in progress
+    # An hour leaving the week while the hour in progress goes on: the sorted rises lose its rises.
+    three = Memory(**_tail((HOUR - 162, 60, ((5.0, 3.0, 20.0),)), (HOUR, 60, ((1.0, 3.0, 5.0),)), (HOUR + 1, 5, ())))
+    assert three.tail_sorted == ((1.0, 3.0, 5.0), (5.0, 3.0, 20.0))
+    at = (HOUR + 1) * 60 + 10
+    c = tail_changes(three, ((at, 0.0, 3.0, 3.0),), at + RECENT_MINUTES + 1)
+    assert [h[:2] for h in c["rise_tail"]] == [(HOUR, 60), (HOUR + 1, 6)] and c["tail_minutes"] == 66
+    assert c["tail_sorted"] == ((1.0, 3.0, 5.0),)
 
 
 def test_folding_minutes_moves_the_rises_older_than_six_hours_into_the_tail():
@@ -95,7 +106,7 @@ def test_folding_minutes_moves_the_rises_older_than_six_hours_into_the_tail():
     for i in range(12 + RECENT_MINUTES + 5):
         mem = record_minute(mem, T0 + 60 * i, 3.0, 615)
     assert len(mem.rise_log) == RECENT_MINUTES and mem.tail_minutes == 5
-    assert sum(c for _, c, _ in mem.rise_tail) == 5 and len(mem.tail_sorted) == 5
+    assert sum(c for _, c, _ in mem.rise_tail) == 5 and sum(len(tops) for _, _, tops in mem.rise_tail) == 5
 
 
 def test_the_clock_going_back_clears_the_tail_with_the_minutes():
@@ -116,6 +127,10 @@ def test_a_quiet_six_hours_still_see_the_weeks_burst():
     assert r.p_hours == 0.0 and r.week_minutes == 420
     assert r.p_week == pytest.approx(2 / 420) and r.probability == pytest.approx(0.0047619, abs=1e-7)
     assert r.to_dict()["p_week"] == 0.00476 and r.to_dict()["week_minutes"] == 420
+    # The same hour closed, and a quiet hour in progress after it (60 minutes, no rise kept): its
+    # rises are now counted from the sorted ones, the same way: 2 / (360 + 120) = 0.417%.
+    closed = mem.with_(**_tail(mem.rise_tail[0], (HOUR - 9, 60, ())))
+    assert closed.tail_sorted and exceed_probability(closed, P, T0, 12.0, 615).p_week == pytest.approx(2 / 480)
     # Without the tail the six hours alone: 0.
     assert exceed_probability(mem.with_(rise_tail=(), tail_sorted=(), tail_minutes=0), P, T0, 12.0, 615).probability == 0.0
 
@@ -153,7 +168,7 @@ def test_the_weeks_burst_holds_a_drain_the_six_hours_allow():
 def test_the_tail_round_trips_through_a_snapshot_and_rejects_a_bad_one():
     mem = Memory(**_tail((HOUR - 10, 60, ((10.0, 5.0, 30.0), (-1.0, 5.0, 3.0))), (HOUR - 9, 12, ())))
     data = {"at": "2026-01-05T09:00:00Z", "fleet": {"groups": {}}, "memory": json.loads(json.dumps(mem.to_dict()))}
-    assert data["memory"]["rise_tail"] == [[HOUR - 10, 60, [[10.0, 5.0, 30.0], [-1.0, 5.0, 3.0]]], [HOUR - 9, 12, []]]
+    assert data["memory"]["rise_tail"] == [[HOUR - 10, 60, [[-1.0, 5.0, 3.0], [10.0, 5.0, 30.0]]], [HOUR - 9, 12, []]]
     _, _, back, _ = snapshot_from_dict(data, P, "snap.json")
     assert (back.rise_tail, back.tail_sorted, back.tail_minutes) == (mem.rise_tail, mem.tail_sorted, 72)
     for bad, where in (([[HOUR, -1, []]], "memory.rise_tail[0]"), ([[HOUR, 1, [[1.0, 2.0]]]], "memory.rise_tail[0][2][0]"),

@@ -27,6 +27,7 @@ import math
 from dataclasses import fields
 from typing import Any
 
+from autoscaler.core.risk import closed_tail_rises
 from autoscaler.core.types import (
     PROBLEM_KINDS,
     FleetState,
@@ -232,7 +233,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
                     raise r.fail(f"{where}[2][{j}]", f"{x!r} is not [rise, base, reached]")
                 tops.append((signed_number(x[0], f"{where}[2][{j}][0]"), required_number(x[1], f"{where}[2][{j}][1]"),
                              required_number(x[2], f"{where}[2][{j}][2]")))
-            out.append((v[0], v[1], tuple(sorted(tops, reverse=True))))
+            out.append((v[0], v[1], tuple(sorted(tops))))
         return tuple(out)
 
     def minute_means() -> tuple[tuple[int, float, float], ...]:
@@ -282,7 +283,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         rises_sorted=tuple(sorted(e[1] for e in rise_log)),
         rise_reach=tuple(sorted(e[1:] for e in rise_log)) if all(len(e) == 4 for e in rise_log) else (),
         rise_tail=tail,
-        tail_sorted=tuple(sorted(x for _, _, tops in tail for x in tops)),
+        tail_sorted=closed_tail_rises(tail),
         tail_minutes=sum(c for _, c, _ in tail),
         tick_window=tuple(tick_window),
         tick_rises=tick_rises(),

@@ -9,7 +9,10 @@ carry? It is estimated from the fleet's own history, with two sources:
   normalised by sqrt(level + 1) so that moments at other levels compare (a Poisson-like spread: a
   rise of 3 from level 8 is z = 3 / sqrt(9) = 1.0, i.e. a rise of 2 from level 3).
   P_recent = the share of those moments whose rise, applied to today's level, would exceed the
-  remaining capacity.
+  remaining capacity; or, when higher, the same share over the week (**the week's tail**: each
+  rise that leaves the six hours joins its hour, which keeps its ``TAIL_PER_HOUR`` highest rises
+  and the count of its minutes, for ``TAIL_HOURS`` more hours), so that a quiet six hours do not
+  forget the bursts of the days before.
 - **the same time of day on earlier days**: for each of ``forecast.seasonal_days``, and each
   5-minute slot within ``SEASONAL_WINDOW_SLOTS`` of this time of day on that day (13 moments a
   day), the growth from that moment's level to its busiest slot within the lead time after it,
@@ -24,7 +27,8 @@ compared to what came; their mean absolute errors (exponentially weighted, ``SKI
 weight = e_persistence / (e_persistence + e_seasonal). No measured skill means weight 0: the
 seasonal forecast is not trusted by default.
 
-P = (1 - weight) x P_recent + weight x P_seasonal.
+P = max(P_recent, (1 - weight) x P_recent + weight x P_seasonal): the seasonal share raises the
+risk by its weight, and never lowers what the rises measured.
 
 **The error budget** (``slo.capacity_miss_budget_pct``). Each tick the core estimates the requests
 that missed because of capacity from its signals: the arrivals over the tick (request rate x tick),
@@ -61,6 +65,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right, insort
 from dataclasses import dataclass
+
+import numpy as np
 
 from autoscaler.core.types import Memory
 from autoscaler.policy.model import Policy
@@ -202,39 +208,60 @@ def tail_changes(memory: Memory, aged: tuple, minute: int) -> dict:
 
     Each hour of the tail keeps how many minutes it measured and its ``TAIL_PER_HOUR`` highest rises,
     for ``TAIL_HOURS`` hours before the six: a week of rare bursts, at a few numbers an hour. A rise
-    without a base (older memory) counts its minute but is not kept: its reach is unknown."""
+    without a base (older memory) counts its minute but is not kept: its reach is unknown. The
+    rises of the closed hours (all but the last) are kept sorted as well, rebuilt when an hour
+    closes or leaves the week: once an hour, not at every minute."""
     tail = list(memory.rise_tail)
-    ranked = list(memory.tail_sorted)
     total = memory.tail_minutes
+    closed_changed = False
     for old in aged:
         hour = old[0] // 60
-        if tail and tail[-1][0] == hour:
-            _, count, tops = tail[-1]
-        elif tail and tail[-1][0] > hour:  # the clock went back: keep the tail in order
+        if tail and tail[-1][0] > hour:  # the clock went back: keep the tail in order
             continue
-        else:
-            count, tops = 0, ()
+        if not tail or tail[-1][0] < hour:
+            closed_changed = closed_changed or bool(tail)
             tail.append((hour, 0, ()))
-        count += 1
+        _, count, tops = tail[-1]
         total += 1
-        if len(old) == 4:
-            rise = (old[1], old[2], old[3])
-            if len(tops) < TAIL_PER_HOUR:
-                tops = tuple(sorted(tops + (rise,), reverse=True))
-                insort(ranked, rise)
-            elif rise > tops[-1]:
-                del ranked[bisect_right(ranked, tops[-1]) - 1]
-                tops = tuple(sorted(tops[:-1] + (rise,), reverse=True))
-                insort(ranked, rise)
-        tail[-1] = (hour, count, tops)
+        if len(old) == 4 and (len(tops) < TAIL_PER_HOUR or old[1:] > tops[0]):
+            kept = list(tops)
+            insort(kept, (old[1], old[2], old[3]))
+            tops = tuple(kept[-TAIL_PER_HOUR:])
+        tail[-1] = (hour, count + 1, tops)
     first_hour = (minute - RECENT_MINUTES) // 60 - TAIL_HOURS
     cut = 0
     while cut < len(tail) and tail[cut][0] < first_hour:
-        for rise in tail[cut][2]:
-            del ranked[bisect_right(ranked, rise) - 1]
         total -= tail[cut][1]
         cut += 1
-    return {"rise_tail": tuple(tail[cut:]), "tail_sorted": tuple(ranked), "tail_minutes": total}
+    tail = tail[cut:]
+    out: dict = {"rise_tail": tuple(tail), "tail_minutes": total}
+    if closed_changed or cut:
+        out["tail_sorted"] = closed_tail_rises(tuple(tail))
+    return out
+
+
+def closed_tail_rises(tail: tuple) -> tuple:
+    """The rises of the tail's closed hours (all but its last), sorted: ``Memory.tail_sorted``."""
+    return tuple(sorted(r for _, _, tops in tail[:-1] for r in tops))
+
+
+# (the closed hours' sorted rises, their rises and reaches as arrays): they change once an hour, and
+# the risk counts over them at every tick.
+_tail_arrays: list = [None, None, None]
+
+
+def _tail_over(ranked: tuple, z_at: float, level: float, capacity: float) -> int:
+    """How many of the closed hours' rises exceed: z > z_at and, the mean reversion, level +
+    (reached - base) > capacity (as for the six hours' rises, in one array operation)."""
+    if not ranked:
+        return 0
+    if _tail_arrays[0] is not ranked:
+        z = np.fromiter((r[0] for r in ranked), float, len(ranked))
+        u = np.fromiter((r[2] - r[1] for r in ranked), float, len(ranked))
+        _tail_arrays[:] = [ranked, z, u]
+    _, z, u = _tail_arrays
+    at = int(np.searchsorted(z, z_at, side="right"))
+    return int(np.count_nonzero(level + u[at:] > capacity))
 
 
 def tick_rise_changes(memory: Memory, now: float, demand: float, lead_s: float, minute_s: float = MINUTE_S) -> dict:
@@ -451,8 +478,10 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
         # decides. (360 quiet minutes, and a burst 6 hours ago that exceeded in 6 of its minutes,
         # 300 minutes in the tail: 0 of 360, but 6 of 660 = 0.91%.) The tail keeps each hour's
         # TAIL_PER_HOUR highest rises: an hour in which more exceeded counts that many.
-        at = bisect_right(tail, (z_at, math.inf, math.inf))
-        over_tail = sum(1 for _, base, reached in tail[at:] if level + (reached - base) > capacity)
+        last = memory.rise_tail[-1][2] if memory.rise_tail else ()
+        over_tail = _tail_over(tail, z_at, level, capacity) + sum(
+            1 for _, base, reached in last[bisect_right(last, (z_at, math.inf, math.inf)):]
+            if level + (reached - base) > capacity)
         week_minutes = n + memory.tail_minutes
         p_week = (over + over_tail) / week_minutes
         measured = max(measured, p_week)

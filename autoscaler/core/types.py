@@ -197,8 +197,8 @@ class Memory:
     rise_reach: tuple[tuple[float, float, float], ...] = ()
     # The week's tail (core/risk.py, ``tail_changes``): a rise that leaves the six hours joins its
     # hour, (hour index, minutes measured in it, its TAIL_PER_HOUR highest rises as (rise, base,
-    # reached), highest first), for TAIL_HOURS hours; and those rises sorted, with the count of
-    # minutes they stand for (derived, not serialised).
+    # reached), sorted), for TAIL_HOURS hours; the rises of its closed hours (all but the
+    # last) sorted, and the count of minutes they all stand for (derived, not serialised).
     rise_tail: tuple[tuple[int, int, tuple[tuple[float, float, float], ...]], ...] = ()
     tail_sorted: tuple[tuple[float, float, float], ...] = ()
     tail_minutes: int = 0
