@@ -9,7 +9,7 @@ equal to the floor, the victim above the ceiling; and the cordon's, in tests/tes
 a cordoned group still starting, the cordon rule's place in the order, its replacement within
 the ceiling, its holds; the cold start's rises at tick resolution and the mean reversion of a
 rise, in tests/test_core_cold_start.py; the week's tail of rises and the seasonal share that only
-raises the risk, in tests/test_core_week.py), run the test that must catch it, and restore the file: every line must
+raises the risk, in tests/test_core_week.py; the replay's fast paths, in tests/test_core_fast_path.py), run the test that must catch it, and restore the file: every line must
 say KILLED.
 
     .venv/bin/python bench/core_mutations.py            # all of them
@@ -22,7 +22,11 @@ import sys
 
 N, C, S, K = "test_core_numbers.py", "test_core_cordon.py", "test_core_scenarios.py", "test_core_cold_start.py"
 W = "test_core_week.py"
+F = "test_core_fast_path.py"
 M = [
+ ("autoscaler/core/decide.py", "    if not explain and not fits:\n        return False, \"\", {}", "    if not explain and not fits:\n        return True, \"\", {}", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
+ ("autoscaler/core/decide.py", "and fits\n                and risk.probability <= allowed), \"\", {}", "and fits), \"\", {}", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
+ ("autoscaler/core/risk.py", "            for r in tops:\n                del values[bisect_right(values, r) - 1]", "            pass", f"{F}::test_the_tails_sorted_rises_updated_an_hour_at_a_time_are_the_full_sort"),
  ("autoscaler/core/victim.py", "return (kv, load, -order)", "return (load, kv, -order)", "test_victim_key_is_kv_before_load"),
  ("autoscaler/core/decide.py", "self.lead = lead_time_s(policy, memory)", 'self.lead = (policy.fleet.startup_expected_s, "fleet.startup_expected_s")', "test_decide_uses_the_measured_p95_lead_time"),
  ("autoscaler/core/forecast.py", "projection = level + slope * horizon", "projection = level + slope * horizon / 2", "test_trend_projects_the_whole_horizon"),

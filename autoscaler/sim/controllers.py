@@ -58,7 +58,8 @@ class CoreController:
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
         if self.epoch_s:
             signals, fleet = self._on_clock(signals, fleet)
-        decision, self.memory = decide(signals, fleet, self.policy, self.memory, now + self.epoch_s)
+        decision, self.memory = decide(signals, fleet, self.policy, self.memory, now + self.epoch_s,
+                                       explain=self.keep)
         pair = (decision.action, decision.reason)
         key = self._keys.get(pair)
         if key is None:

@@ -1,0 +1,81 @@
+"""The replay's fast paths give the decisions of the full ones (docs/benchmarks.md, "The week's
+tail's cost"): ``decide(..., explain=False)``, which skips a hold's numbers, and the week's tail's
+sorted rises updated an hour at a time instead of sorted again."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from autoscaler.core import Memory
+from autoscaler.core.risk import RECENT_MINUTES, TAIL_HOURS, TAIL_PER_HOUR, closed_tail_rises, tail_changes
+from autoscaler.policy import load_policy
+from autoscaler.sim.backtest import prepare_trace, run_one
+from autoscaler.sim.controllers import CoreController
+
+ROOT = Path(__file__).resolve().parent.parent
+AZURE = ROOT / "examples/traces/azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
+MOONCAKE = ROOT / "examples/traces/mooncake-fast25-conversation/conversation_trace.jsonl"
+
+
+def _swinging_trace(path: Path, hours: int = 8) -> Path:
+    """An Azure-format trace of ``hours`` hours: busy, quiet, busy... an hour and a half at a time,
+    with short bursts in the quiet spells (drains and starts both happen)."""
+    rng = random.Random(3)
+    t0 = datetime(2023, 11, 16, 0, 0, 0)
+    rows, t = ["TIMESTAMP,ContextTokens,GeneratedTokens"], 0.0
+    while t < hours * 3600:
+        busy = int(t // 5400) % 2 == 0 or t % 1800 < 60
+        t += rng.expovariate(6.0 if busy else 1.0)
+        stamp = (t0 + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S.%f")
+        rows.append(f"{stamp},{rng.randint(200, 2000)},{rng.randint(20, 400)}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("trace_of,pu", [("swing", 0.5), ("swing", 0.8), (AZURE, 0.35), (MOONCAKE, 0.5)])
+def test_a_replay_without_the_holds_numbers_takes_the_same_decisions(trace_of, pu, tmp_path):
+    policy = load_policy(ROOT / "policies/default.yaml").policy
+    path = _swinging_trace(tmp_path / "swing.csv") if trace_of == "swing" else trace_of
+    trace, factor, _ = prepare_trace(str(path), "auto", policy, pu, 0)
+    full = CoreController(policy, True, trace.start_epoch_s)  # keeps every decision: explained
+    fast = CoreController(policy, False, trace.start_epoch_s)  # keeps the actions: holds unexplained
+    a = run_one("ours", trace, policy, full, factor, 0).summary
+    b = run_one("ours", trace, policy, fast, factor, 0).summary
+    assert {k: v for k, v in a.items() if k != "wall_s"} == {k: v for k, v in b.items() if k != "wall_s"}
+    assert full.counts == fast.counts
+    acted = [(at, d) for at, d in full.decisions if str(d.action) != "hold"]
+    assert acted == fast.decisions  # the drains and starts, with their numbers, alike
+    holds = [d for _, d in full.decisions if str(d.action) == "hold"]
+    assert holds and all(d.detail and d.inputs for d in holds)
+    assert all(not d.detail and not d.inputs for _, d in fast.decisions if str(d.action) == "hold")
+    if trace_of == "swing":  # drains and starts, and holds of several reasons
+        assert {"scale_down", "scale_up"} <= {str(d.action) for _, d in acted}
+        assert {"steady", "stabilizing"} <= {str(d.reason) for d in holds}  # no surplus, and a surplus held
+
+
+def test_the_tails_sorted_rises_updated_an_hour_at_a_time_are_the_full_sort():
+    """Ten days of minutes (the tail's week and more, so hours leave it as well as join it), with
+    random rises, ties among them: after every minute, the tail's sorted closed rises equal sorting
+    all of them again."""
+    rng = random.Random(7)
+    mem = Memory()
+    start = 1000 * 60
+    changed = 0
+    for m in range(start, start + (TAIL_HOURS + 60) * 60, 1):
+        z = float(rng.choice([0.5, 1.0, rng.random() * 4]))  # ties are common: equal rises stay equal
+        aged = ((m, z, 3.0, 3.0 + rng.randint(0, 8)),)
+        c = tail_changes(mem, aged, m + RECENT_MINUTES)
+        mem = mem.with_(**c)
+        if "tail_sorted" in c:
+            changed += 1
+            assert mem.tail_sorted == closed_tail_rises(mem.rise_tail)
+    assert changed >= TAIL_HOURS + 50  # once an hour: hours joined, and (after the week) left
+    assert len(mem.rise_tail) == TAIL_HOURS + 1 and len(mem.tail_sorted) == TAIL_HOURS * TAIL_PER_HOUR
+    # A memory whose sorted rises do not match its tail (read from an older snapshot) is sorted afresh.
+    stale = mem.with_(tail_sorted=())
+    c = tail_changes(stale, ((mem.rise_tail[-1][0] * 60 + 60, 1.0, 3.0, 4.0),), 0)
+    assert c["tail_sorted"] == closed_tail_rises(c["rise_tail"])
