@@ -9,7 +9,7 @@ equal to the floor, the victim above the ceiling; and the cordon's, in tests/tes
 a cordoned group still starting, the cordon rule's place in the order, its replacement within
 the ceiling, its holds; the cold start's rises at tick resolution and the mean reversion of a
 rise, in tests/test_core_cold_start.py; the week's tail of rises and the seasonal share that only
-raises the risk, in tests/test_core_week.py; the replay's fast paths, in tests/test_core_fast_path.py), run the test that must catch it, and restore the file: every line must
+raises the risk, in tests/test_core_week.py; the replay's fast paths, in tests/test_core_fast_path.py; the session moves a drain is charged, in tests/test_core_sessions.py), run the test that must catch it, and restore the file: every line must
 say KILLED.
 
     .venv/bin/python bench/core_mutations.py            # all of them
@@ -23,7 +23,14 @@ import sys
 N, C, S, K = "test_core_numbers.py", "test_core_cordon.py", "test_core_scenarios.py", "test_core_cold_start.py"
 W = "test_core_week.py"
 F = "test_core_fast_path.py"
+SE = "test_core_sessions.py"
 M = [
+ ("autoscaler/core/risk.py", "SESSION_NOISE_Z = 2.0", "SESSION_NOISE_Z = 0.0", f"{SE}::test_the_worked_example_charges_the_excess_beyond_two_standard_deviations"),
+ ("autoscaler/core/risk.py", "if share is not None and arrivals > 0 and not slow:", "if share is not None and arrivals > 0:", f"{SE}::test_a_watch_counts_its_ticks_but_not_the_queued_ones_and_charges_when_it_closes"),
+ ("autoscaler/core/risk.py", "    misses += out.pop(\"_charged\", 0.0)", "    out.pop(\"_charged\", 0.0)", f"{SE}::test_a_watch_counts_its_ticks_but_not_the_queued_ones_and_charges_when_it_closes"),
+ ("autoscaler/core/decide.py", "watch = open_drain_watch(t.memory, t.now)", "watch: dict = {}", f"{SE}::test_a_drain_that_moves_sessions_is_charged_and_halves_the_risk_a_drain_may_take"),
+ ("autoscaler/core/risk.py", "OVER_SHARE_HALF_LIFE_MINUTES * policy.forecast.minute_s", "OVER_SHARE_HALF_LIFE_MINUTES * 30", f"{SE}::test_the_baseline_is_weighted_by_arrivals_and_halves_in_an_hour"),
+ ("autoscaler/sim/engine.py", "latency.over / window if window else None", "0.0 if window else None", f"{SE}::test_the_replay_reads_the_share_of_first_tokens_over_the_target"),
  ("autoscaler/core/decide.py", "    if not explain and not fits:\n        return False, \"\", {}", "    if not explain and not fits:\n        return True, \"\", {}", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
  ("autoscaler/core/decide.py", "and fits\n                and risk.probability <= allowed), \"\", {}", "and fits), \"\", {}", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
  ("autoscaler/core/risk.py", "            for r in tops:\n                del values[bisect_right(values, r) - 1]", "            pass", f"{F}::test_the_tails_sorted_rises_updated_an_hour_at_a_time_are_the_full_sort"),

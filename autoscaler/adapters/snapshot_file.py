@@ -45,7 +45,9 @@ from autoscaler.policy.model import Policy
 
 _SIGNAL_KEYS = {f.name for f in fields(GroupSignals)}
 _TOP_KEYS = ("at", "signals", "fleet", "memory")
-_SIGNALS_KEYS = ("at", "groups", "fleet", "problems")  # `autoscaler signals --json` as it is
+# `autoscaler signals --json` as it is, and the fleet's share of first tokens over the TTFT target
+# (0-1; SignalSnapshot.ttft_over_target: not one of signals --json's keys, optional here)
+_SIGNALS_KEYS = ("at", "groups", "fleet", "problems", "ttft_over_target")
 _FLEET_KEYS = ("synced", "groups")
 _GROUP_KEYS = ("phase", "since")
 _PROBLEM_KEYS = ("signal", "group", "kind", "detail")
@@ -137,7 +139,8 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         if group is not None and group not in names:
             raise r.fail(f"signals.problems[{i}].group", f"{group!r} is not a group of the policy ({', '.join(names)})")
         problems.append(Problem(signal, group, p["kind"], str(p.get("detail", ""))))
-    signals = SignalSnapshot(at, groups, fleet_signals, tuple(problems))
+    over = r.non_negative(sig.get("ttft_over_target"), "signals.ttft_over_target", most=1.0)
+    signals = SignalSnapshot(at, groups, fleet_signals, tuple(problems), over)
 
     fl = r.mapping(data["fleet"], "fleet", _FLEET_KEYS)
     states = {name: GroupState(name, Phase.OFF, 0.0) for name in names}
@@ -272,6 +275,24 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
             raise r.fail("memory.budget_burn", f"{burn!r} is not [misses, arrivals, time]")
         burn = (required_number(burn[0], "memory.budget_burn[0]"), required_number(burn[1], "memory.budget_burn[1]"),
                 r.time(burn[2], "memory.budget_burn[2]"))
+    over_share = mem.get("over_share")
+    if over_share is not None:
+        if not isinstance(over_share, list) or len(over_share) != 3:
+            raise r.fail("memory.over_share", f"{over_share!r} is not [over-target first tokens, first tokens, time]")
+        over_share = (required_number(over_share[0], "memory.over_share[0]"),
+                      required_number(over_share[1], "memory.over_share[1]"), r.time(over_share[2], "memory.over_share[2]"))
+    watch = mem.get("drain_watch")
+    if watch is not None:
+        if not isinstance(watch, list) or len(watch) != 4:
+            raise r.fail("memory.drain_watch", f"{watch!r} is not [drain time, baseline share, over-target first "
+                                               "tokens, first tokens]")
+        watch = (r.time(watch[0], "memory.drain_watch[0]"),
+                 *(required_number(v, f"memory.drain_watch[{i}]") for i, v in enumerate(watch[1:], 1)))
+    moves = mem.get("session_moves")
+    if moves is not None:
+        if not isinstance(moves, list) or len(moves) != 2:
+            raise r.fail("memory.session_moves", f"{moves!r} is not [estimated misses, drain time]")
+        moves = (required_number(moves[0], "memory.session_moves[0]"), r.time(moves[1], "memory.session_moves[1]"))
     # A rise is signed: demand that fell over the lead time is a negative rise (core/risk.py's _z).
     rise_log = rises()
     tail = rise_tail()
@@ -289,6 +310,9 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         tick_rises=tick_rises(),
         seasonal_skill=skill,  # type: ignore[arg-type]
         budget_burn=burn,
+        over_share=over_share,
+        drain_watch=watch,
+        session_moves=moves,
         last_scale_up_at=opt_time("last_scale_up_at"),
         surplus_since=opt_time("surplus_since"),
         slo_miss_since=opt_time("slo_miss_since"),

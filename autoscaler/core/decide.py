@@ -42,8 +42,10 @@ from autoscaler.core.risk import (
     Risk,
     allowed_risk,
     burn_changes,
+    charged_burn,
     exceed_probability,
     minute_changes,
+    open_drain_watch,
     seasonal_peaks_memo,
     tick_rise_changes,
 )
@@ -163,7 +165,8 @@ class _Tick:
             if scaling.scale_down.tick_rises:
                 changes.update(tick_rise_changes(memory, now, self.demand, self.risk_horizon, policy.forecast.minute_s))
             changes.update(burn_changes(memory, policy, now, fl.request_rate, self.queued or 0.0,
-                                        fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling))
+                                        fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling,
+                                        signals.ttft_over_target))
             memory = memory.with_(**changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
@@ -268,7 +271,12 @@ def _drain(t: _Tick, victim: str, reason: Reason, detail: str, **extra: Any):
         t.inputs(victim=victim, **extra),
         groups=(victim,),
     )
-    memory = t.memory.with_(surplus_since=None, disruptions=t.memory.disruptions + (t.now,))
+    # The drain opens a watch for the sessions it moves (core/risk.py, session_move_changes).
+    watch = open_drain_watch(t.memory, t.now)
+    charged = watch.pop("_charged", 0.0)
+    if charged:
+        watch["budget_burn"] = charged_burn(t.memory, charged, t.now)
+    memory = t.memory.with_(surplus_since=None, disruptions=t.memory.disruptions + (t.now,), **watch)
     return decision, memory
 
 
@@ -502,7 +510,10 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
                 and risk.probability <= allowed), "", {}
     extra: dict[str, Any] = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4),
                              "risk": None if risk is None else risk.to_dict(), "risk_allowed": round(allowed, 5),
-                             "budget_burn": None if burn is None else round(burn, 4)}
+                             "budget_burn": None if burn is None else round(burn, 4),
+                             "ttft_over_target": t.signals.ttft_over_target,
+                             "session_move_misses": None if t.memory.session_moves is None
+                             else round(t.memory.session_moves[0], 2)}
     # e.g. demand 3, forecast 3.5, 3 -> 2 groups: 3.5 / (2 x 6) = 0.29 < 0.9
     numbers = (f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; on "
                f"{max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
@@ -512,6 +523,9 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     seasonal = ("" if risk.p_seasonal is None else
                 f"; seasonal {_fmt_pct(risk.p_seasonal)} over {risk.seasonal_days} days x weight {risk.seasonal_weight:.2f}")
     spend = "unmeasured" if burn is None else f"burning {burn:.2f}x"
+    moves = t.memory.session_moves
+    if moves is not None and moves[0] > 0:
+        spend += f" (incl. {_fmt(round(moves[0], 1))} session-move misses of the last drain)"
     week = ("" if risk.p_week is None else
             f" and {_fmt_pct(risk.p_week)} over the week's {risk.week_minutes:,} {_minutes(policy)}")
     recent = (f"recent {_fmt_pct(risk.p_recent)} over {_rises(risk, policy)}" if risk.p_week is None else

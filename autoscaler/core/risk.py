@@ -93,6 +93,12 @@ BURN_HALF_LIFE_S = BURN_HALF_LIFE_MINUTES * MINUTE_S
 MAX_BOLDNESS = 4.0
 BURN_PRIOR_MISSES = 10.0  # the burn's prior: this many misses, in as many arrivals as spend them at the budget
 SEASONAL_WINDOW_SLOTS = 6  # +-30 minutes around this time of day on each earlier day
+# Drains that move sessions (``session_move_changes``): how long after a drain its conversations
+# are looked for (their next turns), the half-life of the baseline share of first tokens over the
+# TTFT target, and the noise allowed before the excess is charged (standard deviations).
+SESSION_WATCH_MINUTES = 15.0
+OVER_SHARE_HALF_LIFE_MINUTES = 60.0
+SESSION_NOISE_Z = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,8 +536,9 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
 
 
 def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, queued: float,
-                 queue_wait_s: float | None, below_ceiling: bool = True) -> dict:
-    """Fold this tick's estimated capacity misses and arrivals into the budget's burn.
+                 queue_wait_s: float | None, below_ceiling: bool = True, over_target: float | None = None) -> dict:
+    """Fold this tick's estimated capacity misses and arrivals into the budget's burn, and the
+    session-move misses of a drain whose watch closed (``session_move_changes``).
 
     Misses while every group the ceiling allows is ready are not the scaling's doing (no decision
     could have added a group): the budget counts the misses scaling caused, those while the
@@ -553,14 +560,85 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
     wait = queued / arrivals_per_s if arrivals_per_s > 0 else 0.0
     share = min(1.0, wait / policy.slo.ttft_target_s)
     misses = arrivals * share if (slow and below_ceiling) else 0.0
+    out = session_move_changes(memory, policy, now, arrivals, over_target, slow)
+    misses += out.pop("_charged", 0.0)
     prev = memory.budget_burn
     if prev is None:
-        return {"budget_burn": (misses, arrivals, now)}
+        out["budget_burn"] = (misses, arrivals, now)
+        return out
     m, a, t = prev
     decay = 0.5 ** (max(0.0, now - t) / (BURN_HALF_LIFE_MINUTES * policy.forecast.minute_s))
     if misses == 0 and arrivals == 0 and decay == 1.0:
-        return {}
-    return {"budget_burn": (m * decay + misses, a * decay + arrivals, now)}
+        return out
+    out["budget_burn"] = (m * decay + misses, a * decay + arrivals, now)
+    return out
+
+
+def session_move_changes(memory: Memory, policy: Policy, now: float, arrivals: float, over_target: float | None,
+                         slow: bool) -> dict:
+    """The misses a drain causes by moving conversations off their cache, estimated from the TTFT
+    histogram, to be charged to the budget (``"_charged"``: misses, when a watch closes).
+
+    A drained group's conversations re-prefill in full on their next turn elsewhere: their first
+    tokens come late without any queue wait, which the capacity estimate does not see. So the share
+    of first tokens over the TTFT target (``SignalSnapshot.ttft_over_target``) is kept as an
+    exponentially weighted baseline (half-life ``OVER_SHARE_HALF_LIFE_MINUTES``, weighted by
+    arrivals); a drain opens a watch with the baseline of that moment (``open_drain_watch``), and
+    for ``SESSION_WATCH_MINUTES`` each tick adds its arrivals x share over target, except the ticks
+    whose queue wait is the cause (those are capacity misses, counted apart). When the watch closes
+    (or the next drain comes), the excess over the baseline beyond ``SESSION_NOISE_Z`` standard
+    deviations of a binomial count (at least one miss's) is the drain's estimate:
+    600 first tokens after a drain, 48 over target against a baseline of 5%: expected 30, sd
+    sqrt(600 x 0.05 x 0.95) = 5.3, so 48 - 30 - 2 x 5.3 = 7.3 misses are charged. A drain on a fleet
+    whose requests miss on long prompts alike before and after is charged nothing."""
+    out: dict = {}
+    share = None if over_target is None or not math.isfinite(over_target) else min(1.0, max(0.0, over_target))
+    if share is not None and arrivals > 0:
+        prev = memory.over_share
+        if prev is None:
+            out["over_share"] = (share * arrivals, arrivals, now)
+        else:
+            m, a, t = prev
+            decay = 0.5 ** (max(0.0, now - t) / (OVER_SHARE_HALF_LIFE_MINUTES * policy.forecast.minute_s))
+            out["over_share"] = (m * decay + share * arrivals, a * decay + arrivals, now)
+    watch = memory.drain_watch
+    if watch is None:
+        return out
+    since, base, over, seen = watch
+    if now - since >= SESSION_WATCH_MINUTES * policy.forecast.minute_s:
+        moved = watch_misses(watch)
+        out.update(drain_watch=None, session_moves=(moved, since), _charged=moved)
+        return out
+    if share is not None and arrivals > 0 and not slow:
+        out["drain_watch"] = (since, base, over + share * arrivals, seen + arrivals)
+    return out
+
+
+def watch_misses(watch: tuple[float, float, float, float]) -> float:
+    """The session-move misses of a drain's watch (``session_move_changes``): the first tokens over
+    the target beyond the baseline's, less ``SESSION_NOISE_Z`` standard deviations, never below 0."""
+    _, base, over, seen = watch
+    sd = math.sqrt(max(1.0, seen * base * (1.0 - base)))
+    return max(0.0, over - seen * base - SESSION_NOISE_Z * sd)
+
+
+def charged_burn(memory: Memory, misses: float, now: float) -> tuple[float, float, float]:
+    """The burn with ``misses`` more (a drain's closed watch, charged at the drain that closed it)."""
+    b = memory.budget_burn
+    return (misses, 0.0, now) if b is None else (b[0] + misses, b[1], b[2])
+
+
+def open_drain_watch(memory: Memory, now: float) -> dict:
+    """A drain's changes to the memory: a watch from now, judged against the baseline share (0 when
+    none is measured), and the previous drain's watch closed and charged if it was still open
+    (``"_charged"``: the caller adds it to the burn)."""
+    b = memory.over_share
+    base = b[0] / b[1] if b is not None and b[1] > 0 else 0.0
+    out: dict = {"drain_watch": (now, min(1.0, max(0.0, base)), 0.0, 0.0)}
+    if memory.drain_watch is not None:
+        moved = watch_misses(memory.drain_watch)
+        out.update(session_moves=(moved, memory.drain_watch[0]), _charged=moved)
+    return out
 
 
 def burn_rate(memory: Memory, policy: Policy) -> float | None:

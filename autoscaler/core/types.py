@@ -143,6 +143,10 @@ class SignalSnapshot:
     groups: Mapping[str, GroupSignals]
     fleet: GroupSignals
     problems: tuple[Problem, ...] = ()
+    # The fleet's share of first tokens within the signal window whose TTFT exceeded the target
+    # (0-1), from the TTFT histogram; None when unknown. What a drain's moved conversations cost
+    # shows in it (core/risk.py, ``session_move_changes``). Not one of ``signals --json``'s keys.
+    ttft_over_target: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -213,6 +217,14 @@ class Memory:
     seasonal_skill: tuple[float, float] | None = None
     # The error budget's burn: (estimated capacity misses, arrivals, at), exponentially weighted.
     budget_burn: tuple[float, float, float] | None = None
+    # Drains that move sessions (core/risk.py, ``session_move_changes``): the share of first tokens
+    # over the TTFT target, (over-target first tokens, first tokens, at), exponentially weighted (the
+    # baseline a drain is judged against); the watch after the last drain, (drain time, baseline
+    # share, over-target first tokens since, first tokens since); and what the last closed watch
+    # charged to the budget, (estimated session-move misses, its drain's time).
+    over_share: tuple[float, float, float] | None = None
+    drain_watch: tuple[float, float, float, float] | None = None
+    session_moves: tuple[float, float] | None = None
     # (this slot, slots ahead, the sorted growths of the moments around this time of day on earlier
     # days, the days they come from; core/risk.py): they change only when a slot ends, so they are
     # computed once per slot (derived, not serialised).
@@ -236,6 +248,11 @@ class Memory:
             "seasonal_skill": None if self.seasonal_skill is None else list(self.seasonal_skill),
             "budget_burn": None if self.budget_burn is None else [self.budget_burn[0], self.budget_burn[1],
                                                                   iso(self.budget_burn[2])],
+            "over_share": None if self.over_share is None else [self.over_share[0], self.over_share[1],
+                                                                iso(self.over_share[2])],
+            "drain_watch": None if self.drain_watch is None else [iso(self.drain_watch[0]), *self.drain_watch[1:]],
+            "session_moves": None if self.session_moves is None else [self.session_moves[0],
+                                                                      iso(self.session_moves[1])],
         }
 
     def history_by_slot(self) -> dict[int, float]:

@@ -53,7 +53,8 @@ class CoreController:
                                          fleet.synced)
         assert self._fleet_out is not None
         # (= replace(signals, at=...), through the slots: every tick)
-        return _snapshot_of(signals.at + epoch, signals.groups, signals.fleet, signals.problems), self._fleet_out
+        return (_snapshot_of(signals.at + epoch, signals.groups, signals.fleet, signals.problems,
+                             signals.ttft_over_target), self._fleet_out)
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
         if self.epoch_s:

@@ -54,7 +54,8 @@ _heappush, _heapreplace = heapq.heappush, heapq.heapreplace
 _new = object.__new__
 _set_running, _set_queued, _set_kv, _set_rate, _set_ttft, _set_wait = (
     GroupSignals.__dict__[f.name].__set__ for f in fields(GroupSignals))
-_set_at, _set_groups, _set_fleet, _set_problems = (SignalSnapshot.__dict__[f.name].__set__ for f in fields(SignalSnapshot))
+_set_at, _set_groups, _set_fleet, _set_problems, _set_over = (
+    SignalSnapshot.__dict__[f.name].__set__ for f in fields(SignalSnapshot))
 
 
 def _signals(running: float, queued: float, kv_usage: float | None = None, request_rate: float | None = None,
@@ -71,13 +72,14 @@ def _signals(running: float, queued: float, kv_usage: float | None = None, reque
 
 
 def _snapshot_of(at: float, groups: Mapping[str, GroupSignals], fleet: GroupSignals,
-                 problems: tuple = ()) -> SignalSnapshot:
-    """The same value as ``SignalSnapshot(at, groups, fleet, problems)`` (see above)."""
+                 problems: tuple = (), ttft_over_target: float | None = None) -> SignalSnapshot:
+    """The same value as ``SignalSnapshot(at, groups, fleet, problems, ttft_over_target)`` (see above)."""
     s = _new(SignalSnapshot)
     _set_at(s, at)
     _set_groups(s, groups)
     _set_fleet(s, fleet)
     _set_problems(s, problems)
+    _set_over(s, ttft_over_target)
     return s
 
 
@@ -267,8 +269,9 @@ class _LatencyWindow:
     First tokens are pushed as requests are placed (their time is known then) and enter the window
     when the clock passes them; the percentiles are recomputed only when the window changed."""
 
-    def __init__(self, window_s: float, quantile: float):
-        self.window_s, self.quantile = window_s, quantile
+    def __init__(self, window_s: float, quantile: float, target_s: float = math.inf):
+        self.window_s, self.quantile, self.target_s = window_s, quantile, target_s
+        self.over = 0  # first tokens in the window whose TTFT exceeded the target
         self.pending: list[tuple[float, float, float]] = []  # heap of (first token time, ttft, queue wait)
         self.t: deque[float] = deque()  # the window, in time order, as three parallel columns
         self.ttft: deque[float] = deque()
@@ -285,12 +288,15 @@ class _LatencyWindow:
                 self.t.append(ft)
                 self.ttft.append(tt)
                 self.wait.append(qq)
+                if tt > self.target_s:
+                    self.over += 1
             self.valid = False
         oldest = now - self.window_s
         if self.t and self.t[0] <= oldest:
             while self.t and self.t[0] <= oldest:
                 self.t.popleft()
-                self.ttft.popleft()
+                if self.ttft.popleft() > self.target_s:
+                    self.over -= 1
                 self.wait.popleft()
             self.valid = False
 
@@ -361,7 +367,8 @@ class _Replay:
 
         self.uses_signals = getattr(controller, "uses_signals", True)
         self.track_latency = self.uses_signals and getattr(controller, "uses_fleet_signals", True)
-        self.latency = _LatencyWindow(float(policy.signals.window_s), policy.slo.ttft_percentile / 100.0)
+        self.latency = _LatencyWindow(float(policy.signals.window_s), policy.slo.ttft_percentile / 100.0,
+                                      policy.slo.ttft_target_s)
 
         self.period = controller.period_s
         self.next_tick = self.span0
@@ -700,7 +707,8 @@ class _Replay:
         arrivals = bisect_left(self.t_arr, now) - bisect_left(self.t_arr, now - latency.window_s)
         fleet = _signals(running_total, queued_total, request_rate=arrivals / latency.window_s, ttft_p99_s=ttft_p,
                          queue_wait_p99_s=queue_p)
-        return _snapshot_of(now, per, fleet)
+        window = len(latency.t)
+        return _snapshot_of(now, per, fleet, (), latency.over / window if window else None)
 
     def _scrape(self, now: float) -> SignalSnapshot | GroupLoads:
         """A controller that reads only the groups' load is handed GroupLoads (see there). (Chosen
