@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from autoscaler.adapters.direct_signals import DirectSignals, _quantile, parse_exposition
 from autoscaler.adapters.worker_probe import parse_gauge_sum
 from tests.support.live import write_policy
@@ -72,3 +74,40 @@ def test_a_value_out_of_its_physical_range_is_a_named_problem_read_directly_too(
     assert {("running", "g1", "out_of_range"), ("kv_usage", "g1", "out_of_range")} <= kinds
     assert snap.groups["g1"].running is None and snap.groups["g1"].kv_usage is None
     assert snap.groups["g1"].queued == 1 and snap.fleet.running is None
+
+
+def test_the_share_of_first_tokens_over_the_target_is_read_directly_too(tmp_path):
+    """Two reads a second apart of a worker whose first tokens all take 5 s (over the 3 s target):
+    in the (2.5, 5] bucket, interpolated as histogram_quantile does, 1 - 0.5 / 2.5 = 0.8 of them are
+    over; then 7 s (the (5, 10] bucket): all of them. One read: unknown."""
+    import time
+
+    from autoscaler.policy.loader import load_policy
+    from tests.support.exporter import Exporter
+
+    exporter = Exporter().start()
+    try:
+        exporter.set(running=1, queued=0, kv_usage=0.1)
+        exporter.set_ttft(5.0, 20.0)
+        port = int(exporter.address.rsplit(":", 1)[1])
+        policy = load_policy(write_policy(tmp_path / "p.yaml", ports=[port, free_port(), free_port()])).policy
+        assert policy.slo.ttft_target_s == 3.0
+        source = DirectSignals(policy, timeout_s=2.0)
+        try:
+            first = source.read(expected_groups=["g1"])
+            time.sleep(1.0)
+            second = source.read(expected_groups=["g1"])
+            exporter.set_ttft(7.0, 20.0)
+            time.sleep(1.0)
+            third = source.read(expected_groups=["g1"])
+            exporter.set_ttft(1.0, 20.0)  # now every first token within the target
+            time.sleep(1.0)
+            fourth = source.read(expected_groups=["g1"])
+        finally:
+            source.close()
+    finally:
+        exporter.stop()
+    assert first.ttft_over_target is None  # one read: no window yet
+    assert second.ttft_over_target == pytest.approx(0.8)
+    assert 0.8 < third.ttft_over_target < 1.0  # the window holds both
+    assert 0.0 < fourth.ttft_over_target < third.ttft_over_target

@@ -16,6 +16,7 @@ import time
 import httpx
 import pytest
 
+from autoscaler.adapters.histogram import share_above
 from autoscaler.adapters.prometheus import read_signals
 from autoscaler.policy.loader import load_policy
 from tests.support.procs import PYTHON, REPO, start_worker, wait_until
@@ -77,6 +78,7 @@ def test_snapshot_matches_the_workers_own_metrics_under_load(tmp_path):
             # From the second scrape on (rate() needs two samples): an idle fleet, and no problem.
             idle = wait_until(lambda: (s := read_signals(policy, prom.url)) and not s.problems and s, 5, what="idle")
             assert idle.fleet.running == 0 and idle.fleet.request_rate == 0 and idle.fleet.ttft_p99_s is None
+            assert idle.ttft_over_target is None  # no first token in the window: unknown, not 0
             for w, n in ((workers[0], 8), (workers[1], 4)):
                 loads.append(subprocess.Popen(
                     # ``autoscaler emulate load`` without importing every other subcommand.
@@ -141,6 +143,11 @@ def test_snapshot_matches_the_workers_own_metrics_under_load(tmp_path):
                     fleet_buckets[le] = fleet_buckets.get(le, 0.0) + count
             # Each worker's rate() has its own extrapolation, so the fleet sum is close, not exact.
             assert snap.fleet.ttft_p99_s == pytest.approx(histogram_quantile(0.99, fleet_buckets), rel=0.05)
+            # The share of first tokens over the 3 s target (what a drain's moved sessions cost:
+            # core/risk.py): w1's 2 queued requests of the 12, ~5 s, in the 4-6 s bucket.
+            assert policy.slo.ttft_target_s == 3.0
+            assert share_above(fleet_buckets, 3.0) == pytest.approx(2 / 12)
+            assert snap.ttft_over_target == pytest.approx(2 / 12, rel=0.05)
             done = [gauge(s, "sglang:num_requests_total") for s in final]
             assert done == [8, 4, 0]
             # rate over 60 s from a first sample of 0: about the count / 60 s (extrapolated to the end).

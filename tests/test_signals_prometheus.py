@@ -402,3 +402,35 @@ def test_a_fractional_query_timeout_is_one_prometheus_accepts(fleet, tmp_path):
                    "a reading with a 2.5 s timeout")
     assert not [p for p in snap.problems if p.kind == "http_error"], snap.problems
     assert (snap.groups["g1"].running, snap.groups["g2"].running) == (3, 1)
+
+
+# ------------------------------------------------------- the share of first tokens over the target
+def test_the_share_over_the_target_interpolates_within_its_bucket():
+    from autoscaler.adapters.histogram import share_above
+    from autoscaler.adapters.prometheus import share_over
+
+    inf = float("inf")
+    assert share_above({2.0: 90.0, 4.0: 100.0, inf: 100.0}, 3.0) == pytest.approx(0.05)  # the docstring's
+    assert share_above({1.0: 50.0, 2.0: 80.0, inf: 100.0}, 2.0) == pytest.approx(0.2)  # on a bound
+    assert share_above({1.0: 50.0, 2.0: 80.0, inf: 100.0}, 5.0) == pytest.approx(0.2)  # above the last bound
+    assert share_above({1.0: 50.0, inf: 100.0}, 0.5) == pytest.approx(0.75)  # from 0 in the first bucket
+    assert share_above({2.0: 0.0, inf: 0.0}, 3.0) is None  # nothing observed: unknown, not 0
+    assert share_above({2.0: 5.0}, 3.0) is None  # no +Inf bucket: not a histogram
+    series = [{"metric": {"le": le}, "value": [0, v]} for le, v in (("2", "9"), ("4", "10"), ("+Inf", "10"))]
+    assert share_over(series, 3.0) == pytest.approx(0.05)
+    assert share_over(series[:2] + [{"metric": {"le": "+Inf"}, "value": [0, "NaN"]}], 3.0) is None
+    assert share_over([{"metric": {}, "value": [0, "1"]}], 3.0) is None  # no le label
+    assert share_over(None, 3.0) is None and share_over([], 3.0) is None
+
+
+def test_the_plan_reads_the_ttft_histogram_by_bucket_for_the_fleet():
+    from autoscaler.adapters.prometheus import plan_queries
+    from tests.core_helpers import make_policy
+
+    policy = make_policy()
+    plan = plan_queries(policy.signals, 99, ["10.0.0.11:30000", "10.0.0.12:30000"])
+    q = plan["ttft_p99_s"].over_target
+    assert q is not None and q.startswith("sum by (le) (rate(sglang:time_to_first_token_seconds_bucket{")
+    assert "11:30000|10" in q and "[60s]" in q  # the fleet's instances (escaped as a regex)
+    assert dict(plan["ttft_p99_s"].items())["over_target"] == q  # so signals --show-queries prints it
+    assert all(plan[n].over_target is None for n in plan if n != "ttft_p99_s")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from autoscaler.adapters.histogram import share_above
 from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot, out_of_range
 from autoscaler.policy.model import Policy
 
@@ -193,4 +194,5 @@ class DirectSignals:
         fleet = GroupSignals(running=total("running"), queued=total("queued"), kv_usage=max(kv) if kv else None,
                              request_rate=total("request_rate"), ttft_p99_s=_quantile(q, window_ttft),
                              queue_wait_p99_s=_quantile(q, window_queue))
-        return SignalSnapshot(at=at, groups=out, fleet=fleet, problems=tuple(problems))
+        return SignalSnapshot(at=at, groups=out, fleet=fleet, problems=tuple(problems),
+                              ttft_over_target=share_above(window_ttft, policy.slo.ttft_target_s))

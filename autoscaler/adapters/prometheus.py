@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from autoscaler.adapters.histogram import share_above
 from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot, out_of_range
 from autoscaler.errors import BadInput, RuntimeFailure
 from autoscaler.policy.model import SIGNAL_NAMES, Policy, Signals
@@ -83,9 +84,12 @@ class SignalQueries:
     fleet: str | None  # percentile signals: aggregated over all series
     traffic: str | None  # percentile signals: observations/s per group
     fleet_traffic: str | None
+    # ttft_p99_s: the fleet's histogram by bucket, for the share of first tokens over the target
+    # (SignalSnapshot.ttft_over_target: what a drain's moved sessions cost, core/risk.py)
+    over_target: str | None = None
 
     def items(self) -> Iterable[tuple[str, str]]:
-        for role in ("by_group", "freshness", "fleet", "traffic", "fleet_traffic"):
+        for role in ("by_group", "freshness", "fleet", "traffic", "fleet_traffic", "over_target"):
             text = getattr(self, role)
             if text is not None:
                 yield role, text
@@ -136,7 +140,7 @@ def plan_queries(signals: Signals, percentile: float, instances: Sequence[str]) 
         template = signals.queries[name]
         metrics = list(dict.fromkeys(signals.metric_prefix + m for m in _PREFIXED_METRIC.findall(template)))
         freshness = f"max by ({label}) (timestamp({_selector(metrics)}))" if metrics else None
-        fleet = traffic = fleet_traffic = None
+        fleet = traffic = fleet_traffic = over_target = None
         if name in PERCENTILE_SIGNALS:
             fleet = _fill(signals, fleet_template(template, instances), percentile)
             histograms = set(_BUCKET_METRIC.findall(template))
@@ -144,6 +148,9 @@ def plan_queries(signals: Signals, percentile: float, instances: Sequence[str]) 
                 traffic_template = f"sum by ({{label}}) (rate({{prefix}}{histograms.pop()}_count[{{window}}]))"
                 traffic = _fill(signals, traffic_template, percentile)
                 fleet_traffic = _fill(signals, fleet_template(traffic_template, instances), percentile)
+                if name == "ttft_p99_s":
+                    buckets = traffic_template.replace("_count[", "_bucket[").replace("by ({label})", "by (le)")
+                    over_target = _fill(signals, fleet_template(buckets, instances), percentile)
         plan[name] = SignalQueries(
             signal=name,
             by_group=signals.render(name, percentile),
@@ -151,8 +158,26 @@ def plan_queries(signals: Signals, percentile: float, instances: Sequence[str]) 
             fleet=fleet,
             traffic=traffic,
             fleet_traffic=fleet_traffic,
+            over_target=over_target,
         )
     return plan
+
+
+def share_over(series: list[dict[str, Any]] | None, target_s: float) -> float | None:
+    """The share of first tokens over ``target_s`` from the ``over_target`` query's answer (one
+    series per bucket, ``le`` labelled): ``histogram.share_above``. None without observations, or
+    when a bucket is unreadable."""
+    buckets: dict[float, float] = {}
+    for s in series or ():
+        le, value = s.get("metric", {}).get("le"), _number(s)
+        try:
+            bound = float(le)  # "+Inf" too
+        except (TypeError, ValueError):
+            return None
+        if value is None:
+            return None
+        buckets[bound] = buckets.get(bound, 0.0) + value
+    return share_above(buckets, target_s)
 
 
 # ------------------------------------------------------------------------------ the client
@@ -541,7 +566,11 @@ def read_signals(
     }
     fleet = GroupSignals(**{name: per_signal[name].fleet for name in SIGNAL_NAMES})
     problems = tuple(p for name in SIGNAL_NAMES for p in per_signal[name].problems)
-    return SignalSnapshot(at=at, groups=groups, fleet=fleet, problems=problems)
+    # The share over the target is the session-move estimate's only input: a failed read leaves it
+    # unknown (the drain's watch counts no tick) and is no signal problem (it blocks no decision).
+    over = answers.get(("ttft_p99_s", "over_target"))
+    share = None if over is None else share_over(over.series, policy.slo.ttft_target_s)
+    return SignalSnapshot(at=at, groups=groups, fleet=fleet, problems=problems, ttft_over_target=share)
 
 
 class PrometheusSignals:

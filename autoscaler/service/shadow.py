@@ -79,7 +79,7 @@ class ShadowFleet:
         ready = [n for n, (p, _) in self.phases.items() if p == "ready"]
         f = snapshot.fleet
         if not ready:
-            return SignalSnapshot(snapshot.at, {}, f, snapshot.problems)
+            return SignalSnapshot(snapshot.at, {}, f, snapshot.problems, snapshot.ttft_over_target)
         k = len(ready)
 
         def share(v: float | None) -> float | None:
@@ -91,7 +91,7 @@ class ShadowFleet:
         # Problems of real groups count for the whole fleet's demand (it is their total).
         problems = tuple(type(p)(p.signal, None, p.kind, f"{p.group}: {p.detail}" if p.group else p.detail)
                          for p in snapshot.problems)
-        return SignalSnapshot(snapshot.at, {n: per for n in ready}, f, problems)
+        return SignalSnapshot(snapshot.at, {n: per for n in ready}, f, problems, snapshot.ttft_over_target)
 
     def apply(self, decision: Decision, *, decision_id: int | None = None) -> list[str]:
         now = self.clock()
