@@ -155,3 +155,31 @@ def test_tick_rises_are_off_by_default():
     ticks = tuple(sorted([(0.0, 3.0, 3.0)] * 27 + [(2.0, 3.0, 7.0)] * 3))
     mem = Memory(minute_now=(MINUTE, 3.0, 1, 3.0), tick_rises=ticks)
     assert exceed_probability(mem, policy, T0, 6.0, 615).resolution == "minute"
+
+
+# ------------------------------------------------------------ what the measured rises can show
+def test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget():
+    """Zero exceeding rises of n can show no risk below 1 / (n + 2) (core/risk.py, evidence_floor):
+    at a budget of 1% and no burn measured (allowed 1%), 0 of 32 rises (3.1%) holds, 0 of 98
+    (1 / 100 = 1%) drains. The hold says what it waits for."""
+    from autoscaler.core.risk import evidence_floor
+
+    policy = make_policy(scaling={"scale_down": {"min_measured_rises": 30, "stabilization_s": 0}})
+    state = fleet("ready", "ready", "ready")
+    demand = signals(g1=(1, 0, 0.2), g2=(1, 0, 0.2), g3=(1, 0, 0.2))
+    for n, action in ((32, Action.HOLD), (97, Action.HOLD), (98, Action.SCALE_DOWN)):
+        mem = Memory(minute_now=(MINUTE, 3.0, 1, 3.0), rises_sorted=(0.0,) * n, rise_reach=((0.0, 3.0, 3.0),) * n)
+        d, _ = decide(demand, state, policy, mem, T0)
+        assert d.action is action, (n, d.detail)
+        assert d.inputs["risk"]["probability"] == 0.0 and d.inputs["risk_allowed"] == 0.01
+        assert d.inputs["risk_evidence_floor"] == round(1 / (n + 2), 5)
+    mem = Memory(minute_now=(MINUTE, 3.0, 1, 3.0), rises_sorted=(0.0,) * 32, rise_reach=((0.0, 3.0, 3.0),) * 32)
+    d, _ = decide(demand, state, policy, mem, T0)
+    assert (d.reason, d.action) == (Reason.STEADY, Action.HOLD)
+    assert "32 minutes of rises cannot show a risk below 2.9% (1 / (32 + 2)), above the 1% allowed" in d.detail
+    # With the week's tail, the week's minutes are the evidence: 0 of 10,000 shows 0.01%.
+    r = exceed_probability(mem.with_(rise_tail=((0, 9968, ()),), tail_minutes=9968), policy, T0, 8.4, 615)
+    assert r.week_minutes == 10_000 and evidence_floor(r) == pytest.approx(1 / 10_002)
+    # Off with the cold start's hold (scale_down.min_measured_rises 0): 32 rises drain.
+    off = make_policy(scaling={"scale_down": {"min_measured_rises": 0, "stabilization_s": 0}})
+    assert decide(demand, state, off, mem, T0)[0].action is Action.SCALE_DOWN

@@ -43,6 +43,7 @@ from autoscaler.core.risk import (
     allowed_risk,
     burn_changes,
     charged_burn,
+    evidence_floor,
     exceed_probability,
     minute_changes,
     open_drain_watch,
@@ -505,9 +506,10 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     if remaining > 0:
         risk = exceed_probability(t.memory, policy, t.now, capacity, t.risk_horizon)
     allowed, burn = allowed_risk(t.memory, policy)
+    need = down.min_measured_rises
     if not explain:
-        return (risk is not None and risk.samples >= down.min_measured_rises and fits
-                and risk.probability <= allowed), "", {}
+        return (risk is not None and risk.samples >= need and fits
+                and risk.probability <= allowed and (not need or evidence_floor(risk) <= allowed)), "", {}
     extra: dict[str, Any] = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4),
                              "risk": None if risk is None else risk.to_dict(), "risk_allowed": round(allowed, 5),
                              "budget_burn": None if burn is None else round(burn, 4),
@@ -533,11 +535,19 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     numbers = (f"P(demand > {_fmt(capacity)} within {_fmt(t.risk_horizon)} s) = {_fmt_pct(risk.probability)} "
                f"({recent}{seasonal}), "
                f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed)}; {numbers}")
-    need = down.min_measured_rises
     if risk.samples < need:
         # Cold start: the prior is a guess about a fleet never seen; a drain waits for the fleet's own
         # rises (scale_down.min_measured_rises, 30: at the default minute and a 615 s lead, 41 minutes).
         numbers = f"only {risk.samples} of {need} {_rises_of(risk, policy)} measured: no drain on the prior alone; {numbers}"
+        return False, numbers, extra
+    # The measurements must show the risk within budget (core/risk.py, evidence_floor): part of the
+    # cold start's hold, off with it (scale_down.min_measured_rises 0).
+    floor = evidence_floor(risk) if need else 0.0
+    extra["risk_evidence_floor"] = round(floor, 5)
+    if floor > allowed and risk.probability <= allowed:
+        n = risk.week_minutes if risk.p_week is not None else risk.samples
+        numbers = (f"{n:,} {_minutes(policy)} of rises cannot show a risk below {_fmt_pct(floor)} (1 / ({n:,} + 2)), "
+                   f"above the {_fmt_pct(allowed)} allowed: no drain yet; {numbers}")
         return False, numbers, extra
     return fits and risk.probability <= allowed, numbers, extra
 

@@ -535,6 +535,18 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
     return Risk(p, p_recent, p_seasonal, weight, n, days, resolution, p_week, week_minutes, p_hours)
 
 
+def evidence_floor(risk: Risk) -> float:
+    """The lowest risk the measured rises can show: 1 / (n + 2) for the n minutes they stand for
+    (the six hours', or the week's once it has a tail), the rule of succession's estimate of a
+    share none of n exceeded. Zero of 32 rises is no proof of a risk below 1.5%: it says about 3%
+    (1 / 34); zero of the week's 10,000 minutes says 0.01%. A scale-down needs this within the
+    allowed risk as well: the measurements must show the risk is within budget, not only fail to
+    see it. (A fleet 43 minutes old drained on 0 of 32 rises at an allowed 1.5%, and demand rose
+    from 9 to 25 within 3 minutes: Mooncake seed 1 at five groups, 0.535 pp below always-on.)"""
+    n = risk.week_minutes if risk.p_week is not None else risk.samples
+    return 1.0 / (n + 2)
+
+
 def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, queued: float,
                  queue_wait_s: float | None, below_ceiling: bool = True, over_target: float | None = None) -> dict:
     """Fold this tick's estimated capacity misses and arrivals into the budget's burn, and the
