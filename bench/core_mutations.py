@@ -25,6 +25,7 @@ W = "test_core_week.py"
 F = "test_core_fast_path.py"
 SE = "test_core_sessions.py"
 M = [
+ ("autoscaler/core/risk.py", "MAX_BOLDNESS = 2.0", "MAX_BOLDNESS = 4.0", "test_budget_burn_makes_scale_downs_careful_or_bold"),
  ("autoscaler/core/decide.py", "and (not need or evidence_floor(risk) <= allowed)), \"\", {}", "), \"\", {}", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
  ("autoscaler/core/decide.py", "    if floor > allowed and risk.probability <= allowed:", "    if False:", f"{K}::test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget"),
  ("autoscaler/core/risk.py", "    return 1.0 / (n + 2)", "    return 1.0 / (n + 1)", f"{K}::test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget"),

@@ -366,9 +366,9 @@ def test_the_default_keeps_always_ons_slo_on_bursts_shorter_than_a_minute():
     at 0.35 (seed 0) the bursts are shorter than a minute: with rises measured on minute means the
     default lost 0.85 pp against always-on (5,214 capacity misses against 3,414); measured halfway to
     each minute's busiest tick (core/risk.py, PEAK_WEIGHT) it keeps within 0.5 pp and still runs
-    under always-on (since the week's tail remembers the week's bursts, by about 10%: 1,818.7 against
-    2,016 node-hours; 15% before it), while a fleet that never drains fails the targets on the same
-    cell. (Until the
+    under always-on (since the week's tail remembers the week's bursts and an unspent budget allows
+    2 x its risk, not 4 x, by about 2%: 1,973.9 against 2,016 node-hours; 15% before the tail),
+    while a fleet that never drains fails the targets on the same cell. (Until the
     cold start stopped gambling this test was "meets all three targets" on Mooncake at 0.35; no
     cell of the example traces where the oracle bar discriminates is met now: docs/matrix.md.)"""
     policy = load_policy(ROOT / "policies/default.yaml").policy
@@ -378,7 +378,7 @@ def test_the_default_keeps_always_ons_slo_on_bursts_shorter_than_a_minute():
                     skip=frozenset(n for n in reference_names(policy) if n not in keep))
     ours, static = runs["ours"].summary, runs["static"].summary
     assert static["slo_attainment"] - ours["slo_attainment"] <= 0.005, (ours, static)
-    assert ours["node_hours"] < 0.92 * static["node_hours"], (ours, static)
+    assert ours["node_hours"] < 0.99 * static["node_hours"], (ours, static)
     sweep = [{**runs[f"hpa@{t}"].summary, "target_utilization": t} for t in HPA_TARGETS]
     stuck = run_one("never_down", trace, policy, NeverScalesDown(policy), factor, 0).summary
     assert not verdict(stuck, static, runs["oracle"].summary, sweep)["meets_targets"]

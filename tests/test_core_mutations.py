@@ -299,25 +299,27 @@ def test_the_backtest_controller_shifts_group_times_onto_the_clock():
 
 def test_budget_burn_makes_scale_downs_careful_or_bold():
     # budget 1%, with the prior of 10 misses in 1,000 arrivals: nothing spent in 100,000 arrivals ->
-    # burn 10 / 101,000 / 1% = 0.0099 -> 4% allowed; misses at 2% -> burn (2,000 + 10) / 101,000 / 1%
-    # = 1.99 -> 0.5% allowed; at 8% -> the floor of a quarter: 0.25%.
+    # burn 10 / 101,000 / 1% = 0.0099 -> the cap of twice the budget: 2% allowed; misses at 2% -> burn
+    # (2,000 + 10) / 101,000 / 1% = 1.99 -> 0.5% allowed; at 8% -> the floor of a half: 0.5%.
     from autoscaler.core.risk import allowed_risk
 
-    assert allowed_risk(Memory(budget_burn=(0.0, 100_000.0, T0)), P)[0] == pytest.approx(0.04)
+    assert allowed_risk(Memory(budget_burn=(0.0, 100_000.0, T0)), P)[0] == pytest.approx(0.02)
     allowed, burn = allowed_risk(Memory(budget_burn=(2000.0, 100_000.0, T0)), P)
     assert (allowed, burn) == (pytest.approx(0.01 / 1.99, rel=1e-3), pytest.approx(1.99, rel=1e-3))
-    assert allowed_risk(Memory(budget_burn=(8000.0, 100_000.0, T0)), P)[0] == pytest.approx(0.0025)
+    assert allowed_risk(Memory(budget_burn=(8000.0, 100_000.0, T0)), P)[0] == pytest.approx(0.005)
     assert allowed_risk(Memory(), P) == (pytest.approx(0.01), None)  # unmeasured: the budget itself
 
 
 def test_boldness_is_earned_not_granted_on_thin_evidence():
-    # A fresh fleet, 1,000 arrivals without a miss: burn (0 + 10) / (1,000 + 1,000) / 1% = 0.5, so
-    # twice the budget (2%), not four times; 3,000 arrivals without a miss earn the full 4x.
+    # A fresh fleet, 500 arrivals without a miss: burn (0 + 10) / (500 + 1,000) / 1% = 0.67, so 1.5
+    # times the budget (1.5%), not twice; 1,000 arrivals without a miss earn the full 2x, and no more.
     from autoscaler.core.risk import allowed_risk
 
+    allowed, burn = allowed_risk(Memory(budget_burn=(0.0, 500.0, T0)), P)
+    assert (allowed, burn) == (pytest.approx(0.015), pytest.approx(2 / 3))
     allowed, burn = allowed_risk(Memory(budget_burn=(0.0, 1000.0, T0)), P)
     assert (allowed, burn) == (pytest.approx(0.02), pytest.approx(0.5))
-    assert allowed_risk(Memory(budget_burn=(0.0, 3000.0, T0)), P)[0] == pytest.approx(0.04)
+    assert allowed_risk(Memory(budget_burn=(0.0, 3000.0, T0)), P)[0] == pytest.approx(0.02)
 
 
 def test_cold_start_drains_within_minutes_on_a_compressed_policy():
