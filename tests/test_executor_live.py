@@ -97,8 +97,9 @@ def test_sigkill_mid_drain_then_restart_completes_the_drain_and_loses_nothing(fl
     f = fleet(drain={"settle_s": 2, "timeout_s": 180, "on_timeout": "stop"})
     f.start("g1", "g2")
     db = f.db_url
-    # Long streams so that the drain has work in flight when the controller dies.
-    with StreamingLoad(gw.url, concurrency=8, max_tokens=200, max_requests=16) as load:
+    # Long streams (500 tokens at 20/s: 25 s) so that the drain has work in flight when the
+    # controller dies, also when the driver takes seconds to start on a loaded machine.
+    with StreamingLoad(gw.url, concurrency=8, max_tokens=500, max_requests=16) as load:
         wait_until(lambda: _in_flight(f.url("g2")) >= 1, 30, what="g2 busy")
         driver = Proc([PYTHON, "-m", "tests.support.executor_driver", "--policy", str(f.policy_path), "--db", db,
                        "--gateway", gw.url, "--drain", "g2", "--ticks", "1000"], tmp_path / "driver1.log")

@@ -489,3 +489,36 @@ def test_a_pin_above_the_ceiling_says_at_once_what_the_controller_will_hold(tmp_
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "note: the running policy clamps this pin: 5 is above fleet.ceiling_groups (3): holds 3" in out
+
+
+def test_a_stop_before_the_local_worker_listens_still_stops_it(tmp_path):
+    """A worker just started (still importing, its port not yet open) is stopped by its pid: a closed
+    port is no proof it is gone. Before, the stop said "nothing listens: stopped" and the worker
+    bound its port and served afterwards (found as a leaked worker after a loaded test run)."""
+    import re
+
+    from autoscaler.actuators.local import LocalActuator, port_open
+    from autoscaler.policy.loader import load_policy
+    from tests.support.procs import free_port
+
+    port = free_port()
+    urls = iter([f"http://127.0.0.1:{port}", f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"])
+    text = re.sub(r"worker_url: \S+", lambda _m: f"worker_url: {next(urls)}", (REPO / "policies/demo.yaml").read_text())
+    (tmp_path / "p.yaml").write_text(text)
+    policy = load_policy(str(tmp_path / "p.yaml")).policy
+    actuator = LocalActuator(policy, log_dir=str(tmp_path / "workers"))
+    group = policy.fleet.groups[0]
+    started = actuator.start(group)
+    assert started.ok, started.detail
+    child = actuator._children[group.name]
+    try:
+        assert not port_open("127.0.0.1", port)  # milliseconds after the start: still importing
+        stopped = actuator.stop(group)
+        assert stopped.ok and f"pid {child.pid}" in stopped.detail, stopped.detail
+        assert child.wait(10) is not None
+        assert not port_open("127.0.0.1", port)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, 9)
+            child.wait(10)
+        actuator.close()

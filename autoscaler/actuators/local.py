@@ -99,13 +99,22 @@ class LocalActuator:
         if ctx.aborted():
             return ActResult(False, "not stopped: the act was aborted (leadership lost or shutdown)", interrupted=True)
         parts = urlsplit(group.worker_url)
+        sig = signal.SIGKILL if force else signal.SIGTERM
         if not port_open(parts.hostname or "127.0.0.1", parts.port or 0):
             self._reap()
-            return ActResult(True, f"nothing listens on port {parts.port}: stopped")
+            child = self._children.get(group.name)
+            if child is None:
+                return ActResult(True, f"nothing listens on port {parts.port}: stopped")
+            # Our own worker, not listening yet (a loaded machine takes seconds to import it): a
+            # closed port is no proof it is gone, and it would bind and serve after "stopped".
+            try:
+                os.kill(child.pid, sig)
+            except ProcessLookupError:
+                pass
+            return ActResult(True, f"sent {sig.name} to pid {child.pid} (not listening on port {parts.port} yet)", 0)
         pid = self._pid(group)
         if pid is None:
             return ActResult(False, f"port {parts.port} is open but the worker's pid is unknown")
-        sig = signal.SIGKILL if force else signal.SIGTERM
         try:
             os.kill(pid, sig)
         except ProcessLookupError:

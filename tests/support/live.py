@@ -116,6 +116,13 @@ class LiveFleet:
         return self.actuator.status(self.executor.group(group))[0] is GroupStatus.RUNNING
 
     def close(self) -> None:
+        # The actuator's own workers by their pids (one still importing answers no URL), then
+        # whatever answers at the fleet's URLs.
+        for child in list(self.actuator._children.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                child.wait(timeout=5)
         kill_workers(self.urls)
         for url in self.urls:
             port = int(url.rsplit(":", 1)[1])
