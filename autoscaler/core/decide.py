@@ -44,6 +44,7 @@ from autoscaler.core.risk import (
     burn_changes,
     charged_burn,
     evidence_floor,
+    evidence_minutes,
     exceed_probability,
     minute_changes,
     open_drain_watch,
@@ -507,9 +508,13 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         risk = exceed_probability(t.memory, policy, t.now, capacity, t.risk_horizon)
     allowed, burn = allowed_risk(t.memory, policy)
     need = down.min_measured_rises
+    # The measurements must show the risk within budget (core/risk.py, evidence_floor): part of the
+    # cold start's hold, off with it (scale_down.min_measured_rises 0).
+    floor = evidence_floor(risk) if risk is not None and need else 0.0
+    surplus = (risk is not None and risk.samples >= need and fits and risk.probability <= allowed
+               and floor <= allowed)
     if not explain:
-        return (risk is not None and risk.samples >= need and fits
-                and risk.probability <= allowed and (not need or evidence_floor(risk) <= allowed)), "", {}
+        return surplus, "", {}
     extra: dict[str, Any] = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4),
                              "risk": None if risk is None else risk.to_dict(), "risk_allowed": round(allowed, 5),
                              "budget_burn": None if burn is None else round(burn, 4),
@@ -540,16 +545,12 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         # rises (scale_down.min_measured_rises, 30: at the default minute and a 615 s lead, 41 minutes).
         numbers = f"only {risk.samples} of {need} {_rises_of(risk, policy)} measured: no drain on the prior alone; {numbers}"
         return False, numbers, extra
-    # The measurements must show the risk within budget (core/risk.py, evidence_floor): part of the
-    # cold start's hold, off with it (scale_down.min_measured_rises 0).
-    floor = evidence_floor(risk) if need else 0.0
     extra["risk_evidence_floor"] = round(floor, 5)
     if floor > allowed and risk.probability <= allowed:
-        n = risk.week_minutes if risk.p_week is not None else risk.samples
+        n = evidence_minutes(risk)
         numbers = (f"{n:,} {_minutes(policy)} of rises cannot show a risk below {_fmt_pct(floor)} (1 / ({n:,} + 2)), "
                    f"above the {_fmt_pct(allowed)} allowed: no drain yet; {numbers}")
-        return False, numbers, extra
-    return fits and risk.probability <= allowed, numbers, extra
+    return surplus, numbers, extra
 
 
 def _rises(risk: Risk, policy: Policy) -> str:

@@ -545,8 +545,12 @@ def evidence_floor(risk: Risk) -> float:
     allowed risk as well: the measurements must show the risk is within budget, not only fail to
     see it. (A fleet 43 minutes old drained on 0 of 32 rises at an allowed 1.5%, and demand rose
     from 9 to 25 within 3 minutes: Mooncake seed 1 at five groups, 0.535 pp below always-on.)"""
-    n = risk.week_minutes if risk.p_week is not None else risk.samples
-    return 1.0 / (n + 2)
+    return 1.0 / (evidence_minutes(risk) + 2)
+
+
+def evidence_minutes(risk: Risk) -> int:
+    """The minutes the measured risk stands on: the week's once it has a tail, else the six hours'."""
+    return risk.week_minutes if risk.p_week is not None else risk.samples
 
 
 def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, queued: float,
@@ -620,12 +624,17 @@ def session_move_changes(memory: Memory, policy: Policy, now: float, arrivals: f
         return out
     since, base, over, seen = watch
     if now - since >= SESSION_WATCH_MINUTES * policy.forecast.minute_s:
-        moved = watch_misses(watch)
-        out.update(drain_watch=None, session_moves=(moved, since), _charged=moved)
+        out.update(_closed_watch(watch), drain_watch=None)
         return out
     if share is not None and arrivals > 0 and not slow:
         out["drain_watch"] = (since, base, over + share * arrivals, seen + arrivals)
     return out
+
+
+def _closed_watch(watch: tuple[float, float, float, float]) -> dict:
+    """A watch's close: its estimate kept (``session_moves``) and charged (``"_charged"``)."""
+    moved = watch_misses(watch)
+    return {"session_moves": (moved, watch[0]), "_charged": moved}
 
 
 def watch_misses(watch: tuple[float, float, float, float]) -> float:
@@ -648,10 +657,8 @@ def open_drain_watch(memory: Memory, now: float) -> dict:
     (``"_charged"``: the caller adds it to the burn)."""
     b = memory.over_share
     base = b[0] / b[1] if b is not None and b[1] > 0 else 0.0
-    out: dict = {"drain_watch": (now, min(1.0, max(0.0, base)), 0.0, 0.0)}
-    if memory.drain_watch is not None:
-        moved = watch_misses(memory.drain_watch)
-        out.update(session_moves=(moved, memory.drain_watch[0]), _charged=moved)
+    out: dict = {} if memory.drain_watch is None else _closed_watch(memory.drain_watch)
+    out["drain_watch"] = (now, min(1.0, max(0.0, base)), 0.0, 0.0)
     return out
 
 
