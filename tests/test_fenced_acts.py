@@ -317,7 +317,7 @@ def _kill_scenario(base: Path, point: str) -> dict:
             with first:
                 if point in ("after_mark:draining", "after_mark:stopping"):
                     wait_until(lambda: status(url)["groups"]["g1"]["phase"] == "ready", 60, what="g1 ready",
-                               proc=first)
+                               proc=first, interval_s=0.25)
                     # A drain: cordon g1 (kept out; g2 is started first, as the floor needs a group).
                     assert cli(["cordon", "g1", "--reason", "maintenance", "--by", "test", "--db", db]) == 0
                 rc = first.wait(90)
@@ -326,12 +326,14 @@ def _kill_scenario(base: Path, point: str) -> dict:
             again, url2 = run_proc(tmp, policy, db, gw.url, name="again")
             with again:
                 t0 = time.monotonic()
-                wait_until(lambda: status(url2)["last_decision"], 30, what="the restart decides", proc=again)
+                wait_until(lambda: status(url2)["last_decision"], 30, what="the restart decides", proc=again,
+                           interval_s=0.25)
                 unobserved_s = time.time() - dead_at  # from the crash to the restart's first reconcile
                 # The bound is the wait itself (it raises, saying what still disagrees); six scenarios share
                 # two cores here, so it is generous: a real restart settles in a few ticks.
+                # Polled every 0.5 s: six scenarios poll at once, and the test's own CPU is the fleet's.
                 wait_until(lambda: _agree(db, policy, gw.url) is None and status(url2)["last_decision"], 90,
-                           what=f"{point}: records and reality agree", proc=again)
+                           what=f"{point}: records and reality agree", proc=again, interval_s=0.5)
                 settled_s = time.monotonic() - t0
                 nodes = {"g1": ("demo-1", "demo-2"), "g2": ("demo-3", "demo-4"), "g3": ("demo-5", "demo-6")}
                 charged = {g: _charged_active_s(db, n) for g, n in nodes.items()}

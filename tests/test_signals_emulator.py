@@ -104,8 +104,11 @@ def test_snapshot_matches_the_workers_own_metrics_under_load(tmp_path):
             assert time.monotonic() - seen < 2.5  # one 1 s scrape, plus query time
             assert (snap.fleet.running, snap.fleet.queued) == (10, 2)
             # KV use only grows while requests decode: read it, wait until Prometheus holds a
-            # scrape of every worker taken after that, read the snapshot, read it again.
-            read_at, before = time.time(), [scrape(w.url) for w in workers]
+            # scrape of every worker started after every reading, read the snapshot, read it again.
+            # (A scrape stamped between two of our readings may have reached a worker before ours
+            # did; and Prometheus may move a stamp by up to 2 ms to its schedule: hence the margin.)
+            before = [scrape(w.url) for w in workers]
+            read_at = time.time() + 0.01
             wait_until(
                 lambda: all(float(r["value"][1]) > read_at
                             for r in prom.query("timestamp(sglang:token_usage)")) and True,
