@@ -35,3 +35,19 @@ def test_a_reference_meets_a_cell_only_within_both_bars_and_undominated() -> Non
     refs["hpa@0.5"] = run(0.987, 109.0)
     refs["hpa@0.7"] = run(0.988, 105.0)
     assert cv_matrix.met_by_references(refs, policy) == ["hpa@0.7"]
+
+
+def test_the_best_single_reference_is_the_one_setting_meeting_the_most_cells_fewer_slo_misses_first() -> None:
+    static = run(0.990, 200.0)
+    rows = [
+        {"refs": {"static": static, "oracle": run(0.99, 100.0), "hpa@0.5": run(0.980, 105.0), "hpa@0.6": run(0.99, 150.0)},
+         "met_by_references": ["hpa@0.5"]},
+        {"refs": {"static": static, "oracle": run(0.99, 100.0), "hpa@0.5": run(0.989, 105.0), "hpa@0.6": run(0.99, 105.0)},
+         "met_by_references": ["hpa@0.5", "hpa@0.6"]},
+    ]
+    # hpa@0.5 meets two cells (one of them 1 pp below always-on: an SLO miss), hpa@0.6 one
+    assert cv_matrix.best_single_reference(rows) == ("hpa@0.5", 2, 1)
+    rows[0]["met_by_references"] = ["hpa@0.5", "hpa@0.6"]
+    # two cells each: the tie goes to the setting without an SLO miss
+    assert cv_matrix.best_single_reference(rows) == ("hpa@0.6", 2, 0)
+    assert cv_matrix.best_single_reference([]) is None

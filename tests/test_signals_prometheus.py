@@ -434,3 +434,39 @@ def test_the_plan_reads_the_ttft_histogram_by_bucket_for_the_fleet():
     assert "11:30000|10" in q and "[60s]" in q  # the fleet's instances (escaped as a regex)
     assert dict(plan["ttft_p99_s"].items())["over_target"] == q  # so signals --show-queries prints it
     assert all(plan[n].over_target is None for n in plan if n != "ttft_p99_s")
+
+
+def test_the_derived_queries_are_one_round_trip_that_answers_each_as_if_asked_alone(fleet, tmp_path):
+    # Freshness, traffic, fleet traffic and the TTFT buckets are the reader's own queries: one merged
+    # query a read (9 round trips, not 14), split back by its label into what each would answer alone.
+    from autoscaler.adapters.prometheus import MERGED_ROLES, PrometheusClient, merged_query, plan_queries, split_merged
+
+    prom, ex = fleet
+    policy = policy_for(tmp_path, ex["a"], ex["b"])
+    plan = plan_queries(policy.signals, policy.slo.ttft_percentile, [g.metrics_instance for g in policy.fleet.groups])
+    derived = {(n, role): text for n, q in plan.items() for role, text in q.items() if role in MERGED_ROLES}
+    assert len(derived) == 6 + 2 + 2 + 1
+    with PrometheusClient(prom.url, timeout_s=2) as client:
+        asked: list[str] = []
+        query = client.query
+
+        def counting(promql, at, timeout_s=None):
+            asked.append(promql)
+            return query(promql, at, timeout_s)
+
+        client.query = counting  # type: ignore[method-assign]
+        snap, _ = poll(lambda: read_signals(policy, prom.url, client=client),
+                       lambda s: s.groups["g1"].request_rate is not None and abs(s.groups["g1"].request_rate - 2.0) < 0.02
+                       and s.ttft_over_target is not None, 20, "a full rate window")
+        per_read = len(asked) // (asked.count(merged_query(derived)) or 1)
+        assert per_read == len(SIGNAL_NAMES) + 2 + 1, asked[:per_read]  # by group, two fleet percentiles, the merged one
+        assert snap.problems == ()
+        at = time.time()
+        split = split_merged(query(merged_query(derived), at), derived)
+        for key, text in derived.items():
+            alone = query(text, at)
+            got = sorted((json.dumps(s["metric"], sort_keys=True), s["value"][1]) for s in split[key].series or [])
+            want = sorted((json.dumps(s["metric"], sort_keys=True), s["value"][1]) for s in alone.series or [])
+            assert got == want and got, (key, text, got, want)
+    # a: all 10 first tokens/s at 0.4 s, b: 5/s at 1.5 s, against the policy's 3 s target: none over
+    assert snap.ttft_over_target == 0.0
