@@ -202,8 +202,13 @@ def test_local_workers_do_not_inherit_the_controllers_secrets(tmp_path, monkeypa
     child = actuator._children[group.name]
     pid = child.pid
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        names = {e.split(b"=", 1)[0].decode() for e in environ if e}
+        # Popen returns once the exec has begun (its error pipe closes early in execve), and the kernel
+        # sets the new program's environment a little later: read empty until then (seen under load).
+        deadline = time.monotonic() + 10
+        while not (environ := Path(f"/proc/{pid}/environ").read_bytes()) and time.monotonic() < deadline:
+            assert child.poll() is None, f"the worker exited at once ({child.returncode})"
+            time.sleep(0.01)
+        names = {e.split(b"=", 1)[0].decode() for e in environ.split(b"\0") if e}
         assert "PATH" in names
         assert not set(SECRETS) & names, names
     finally:
