@@ -41,9 +41,9 @@ def test_the_best_single_reference_is_the_one_setting_meeting_the_most_cells_few
     static = run(0.990, 200.0)
     rows = [
         {"refs": {"static": static, "oracle": run(0.99, 100.0), "hpa@0.5": run(0.980, 105.0), "hpa@0.6": run(0.99, 150.0)},
-         "met_by_references": ["hpa@0.5"]},
+         "met_by_references": ["hpa@0.5"], "slo_missed_by": ["hpa@0.5"]},
         {"refs": {"static": static, "oracle": run(0.99, 100.0), "hpa@0.5": run(0.989, 105.0), "hpa@0.6": run(0.99, 105.0)},
-         "met_by_references": ["hpa@0.5", "hpa@0.6"]},
+         "met_by_references": ["hpa@0.5", "hpa@0.6"], "slo_missed_by": []},
     ]
     # hpa@0.5 meets two cells (one of them 1 pp below always-on: an SLO miss), hpa@0.6 one
     assert cv_matrix.best_single_reference(rows) == ("hpa@0.5", 2, 1)
