@@ -285,7 +285,7 @@ def test_a_cap_and_a_cordon_on_four_groups_with_differing_kv():
 
 def test_every_reason_code_is_reached_by_some_test(tmp_path):
     """Every code of the closed set is returned by the real core in some core test. The core tests
-    (tests/test_core_*.py) run in a subprocess that records each reason the core returned (core_helpers.decide), so the
+    (tests/test_core_*.py but the fast path's trace replays) run in a subprocess that records each reason the core returned (core_helpers.decide), so the
     check is the same whatever order, or selection, this test runs in."""
     if os.environ.get("AUTOSCALER_TEST_REASONS_OUT"):
         pytest.skip("inside the coverage run itself")
@@ -294,7 +294,8 @@ def test_every_reason_code_is_reached_by_some_test(tmp_path):
     env = {**os.environ, "AUTOSCALER_TEST_REASONS_OUT": str(out)}
     p = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         *sorted(str(p) for p in here.glob("test_core_*.py")),
+         # test_core_fast_path replays traces (half the CPU of the rest) and returns no reason they miss
+         *sorted(str(p) for p in here.glob("test_core_*.py") if p.name != "test_core_fast_path.py"),
          "-k", "not test_every_reason_code_is_reached_by_some_test"],
         capture_output=True, text=True, env=env, cwd=here.parent, timeout=600,
     )
