@@ -57,6 +57,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from autoscaler.core.types import merge_memory_dicts  # noqa: E402
 from tests.support.live import StreamingLoad, write_policy  # noqa: E402
 from tests.support.procs import PYTHON, Proc, free_port, start_gateway, wait_http, wait_until  # noqa: E402
 from tests.support.prometheus import write_config  # noqa: E402
@@ -143,10 +144,11 @@ class LedgerReader:
     def memory_sizes(self) -> dict[str, int]:
         """The lengths of the lists (and dicts) in the core's saved memory."""
         db = self._db()
-        row = db.execute("SELECT value FROM controller_state WHERE key = 'memory'").fetchone()
-        if row is None:
+        rows = dict(db.execute("SELECT key, value FROM controller_state WHERE key IN ('memory', 'memory_history')"))
+        if "memory" not in rows:
             return {}
-        value = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+        parts = {k: json.loads(v) if isinstance(v, str) else v for k, v in rows.items()}
+        value = merge_memory_dicts(parts["memory"], parts.get("memory_history"))
         return {k: len(v) for k, v in value.items() if isinstance(v, (list, dict))}
 
     def close(self) -> None:

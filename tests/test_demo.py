@@ -56,9 +56,10 @@ def test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind():
     # The controller learned this fleet's start-up times: each measured start is a core sample.
     from autoscaler.ledger.live import LiveLedger
     from autoscaler.ledger.store import Ledger
+    from autoscaler.service.controller import stored_memory
 
     with Ledger(f"sqlite:///{db}", create=False) as ledger:
-        memory = LiveLedger(ledger).load_state("memory")
+        memory = stored_memory(LiveLedger(ledger))
     samples = memory["startup_durations_s"]
     assert len(samples) >= 2 and all(5.0 <= s < 60.0 for s in samples)  # actuator.startup_s is 5 s
     # Drains that move sessions, watched live end to end: the share of first tokens over the TTFT

@@ -21,6 +21,7 @@ from sqlalchemy import text
 from autoscaler.cli import main as cli
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.ledger.store import Ledger
+from autoscaler.service.controller import stored_memory
 from tests.support.live import write_policy
 from tests.support.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.support.procs import PYTHON, Proc, free_port, start_worker, wait_until
@@ -120,7 +121,7 @@ def test_the_cores_memory_survives_a_restart(tmp_path, workers):
         assert cli(["run", "--policy", str(policy), "--db", db, "--signals", "direct", "--once"]) == 0
         time.sleep(1.1)
     ledger = Ledger(db)
-    memory = LiveLedger(ledger).load_state("memory")
+    memory = stored_memory(LiveLedger(ledger))
     # Three one-tick runs: the trend window holds one demand sample per tick, each run having
     # started from what the previous one saved (a fresh memory would hold only one).
     assert len(memory["demand_samples"]) == 3

@@ -33,6 +33,7 @@ from autoscaler.core.warm import fold_demand_history, has_demand_history
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.ledger.store import Ledger
 from autoscaler.policy.loader import load_policy
+from autoscaler.service.controller import stored_memory
 from autoscaler.service.warmstart import WarmStart, history_range
 from tests.support.live import write_policy
 from tests.support.procs import PYTHON, Proc, free_port, wait_until
@@ -198,7 +199,7 @@ def test_a_first_start_is_warm_and_a_second_start_keeps_its_memory(tmp_path, rec
 
     ledger = Ledger(db)
     try:
-        memory = LiveLedger(ledger).load_state("memory")
+        memory = stored_memory(LiveLedger(ledger))
         slots = {int(k): v for k, v in memory["demand_by_slot"].items()}
         # 5-minute slots from a day before the run, each the recorded demand: e.g. 20 h before the
         # end, at 20 past the hour, the three groups' running + queued as recorded_demand says.
@@ -221,7 +222,7 @@ def test_a_first_start_is_warm_and_a_second_start_keeps_its_memory(tmp_path, rec
         stop(proc)
     ledger = Ledger(db)
     try:
-        kept = {int(k): v for k, v in LiveLedger(ledger).load_state("memory")["demand_by_slot"].items()}
+        kept = {int(k): v for k, v in stored_memory(LiveLedger(ledger))["demand_by_slot"].items()}
         at = (recorded.end - 20 * 3600) // 3600 * 3600 + 20 * 60
         assert kept[int(at // 300)] == fleet_demand(at)  # the memory was kept, not read again
     finally:
@@ -247,7 +248,7 @@ def test_no_history_or_no_prometheus_is_a_cold_start_and_the_run_goes_on(tmp_pat
         stop(proc)
     ledger = Ledger(f"sqlite:///{tmp_path}/b.db")
     try:
-        assert not LiveLedger(ledger).load_state("memory")["demand_by_slot"]  # cold
+        assert not stored_memory(LiveLedger(ledger))["demand_by_slot"]  # cold
     finally:
         ledger.close()
 

@@ -9,10 +9,11 @@ gateway removal (requests in transit when the DELETE landed are then counted too
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 
-import httpx
+from autoscaler.adapters.keepalive import ConnectFailed, ConnectTimeout, KeepAlivePool, ProtocolFailed, ReadTimeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,30 +41,45 @@ def parse_gauge_sum(text: str, name: str) -> float | None:
 
 
 class WorkerProbe:
+    """One kept connection per worker (adapters/keepalive.py: a probe a tick costs a quarter of
+    httpx's client CPU)."""
+
     def __init__(self, *, metric_prefix: str = "sglang:", timeout_s: float = 2.0,
                  health_timeout_s: float = 20.0) -> None:
         self.prefix = metric_prefix
+        self.timeout_s = timeout_s
         self.health_timeout_s = health_timeout_s  # SGLang's /health generates a token: give it time
-        self._http = httpx.Client(timeout=timeout_s, trust_env=False)
+        self._pools: dict[str, KeepAlivePool] = {}
+        self._lock = threading.Lock()
 
     def close(self) -> None:
-        self._http.close()
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+    def _pool(self, worker_url: str) -> KeepAlivePool:
+        with self._lock:
+            pool = self._pools.get(worker_url)
+            if pool is None:
+                pool = self._pools[worker_url] = KeepAlivePool(worker_url, timeout_s=self.timeout_s, max_idle=2)
+            return pool
 
     def healthy(self, worker_url: str) -> tuple[bool, str]:
         try:
-            r = self._http.get(worker_url + "/health", timeout=self.health_timeout_s)
-        except httpx.TimeoutException:
+            r = self._pool(worker_url).get("/health", timeout_s=self.health_timeout_s)
+        except (ConnectTimeout, ReadTimeout):
             return False, f"{worker_url}/health: no answer within {self.health_timeout_s:g} s"
-        except httpx.HTTPError as exc:
-            return False, f"{worker_url}/health: unreachable ({type(exc).__name__})"
+        except (ConnectFailed, ProtocolFailed) as exc:
+            return False, f"{worker_url}/health: unreachable ({type(exc).__name__}: {exc})"
         if r.status_code == 200:
             return True, "ok"
         return False, f"{worker_url}/health: HTTP {r.status_code} {r.text[:80].strip()}"
 
     def load(self, worker_url: str) -> LoadReading:
         try:
-            r = self._http.get(worker_url + "/metrics")
-        except httpx.HTTPError as exc:
+            r = self._pool(worker_url).get("/metrics")
+        except (ConnectTimeout, ReadTimeout, ConnectFailed, ProtocolFailed) as exc:
             return LoadReading(time.time(), None, None, f"{worker_url}/metrics: unreachable ({type(exc).__name__})")
         at = time.time()
         if r.status_code != 200:

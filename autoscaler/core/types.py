@@ -231,6 +231,31 @@ class Memory:
     seasonal_peaks_memo: tuple[int, int, tuple[float, ...], int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        return self._as_dict(self.history_by_slot(), self.rise_tail)
+
+    def to_dicts(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``to_dict`` in two parts: (``recent_dict``, ``history_dict``); ``merge_memory_dicts``
+        joins them back."""
+        return self.recent_dict(), self.history_dict()
+
+    def recent_dict(self) -> dict[str, Any]:
+        """What changes at every tick: ``to_dict`` with only the slot in progress and the tail's
+        last hour under ``demand_by_slot`` and ``rise_tail``."""
+        now_slot: dict[int, float] = {}
+        if self.slot_now is not None:
+            now_slot[self.slot_now[0]] = max(self.demand_by_slot.get(self.slot_now[0], 0.0), self.slot_now[1])
+        return self._as_dict(now_slot, self.rise_tail[-1:])
+
+    def history_dict(self) -> dict[str, Any]:
+        """The history: the finished 5-minute slots and the week's closed hours of rises (every hour
+        of the tail but the last), which change once a slot or an hour. After a week it is about
+        165 KB of JSON, most of the memory: the live service saves it only when it changed
+        (service/controller.py, bench/bench_memory_save.py)."""
+        current = None if self.slot_now is None else self.slot_now[0]
+        return {"demand_by_slot": {str(k): v for k, v in self.demand_by_slot.items() if k != current},
+                "rise_tail": _tail_list(self.rise_tail[:-1])}
+
+    def _as_dict(self, by_slot: Mapping[int, float], tail: tuple) -> dict[str, Any]:
         return {
             "last_scale_up_at": iso(self.last_scale_up_at),
             "surplus_since": iso(self.surplus_since),
@@ -238,11 +263,11 @@ class Memory:
             "disruptions": [iso(t) for t in self.disruptions],
             "startup_durations_s": list(self.startup_durations_s),
             "demand_samples": [[iso(t), d] for t, d in self.demand_samples],
-            "demand_by_slot": {str(k): v for k, v in self.history_by_slot().items()},
+            "demand_by_slot": {str(k): v for k, v in by_slot.items()},
             "minute_now": None if self.minute_now is None else list(self.minute_now),
             "minute_max": [list(m) for m in self.minute_max],
             "rise_log": [list(r) for r in self.rise_log],
-            "rise_tail": [[h, c, [list(r) for r in tops]] for h, c, tops in self.rise_tail],
+            "rise_tail": _tail_list(tail),
             "tick_window": [[iso(t), d] for t, d in self.tick_window],
             "tick_rises": [list(r) for r in self.tick_rises],
             "seasonal_skill": None if self.seasonal_skill is None else list(self.seasonal_skill),
@@ -275,6 +300,38 @@ class Memory:
                 raise TypeError(f"Memory has no field {name!r}")
             set_slot(new, value)
         return new
+
+
+def _tail_list(tail: tuple) -> list:
+    return [[h, c, [list(r) for r in tops]] for h, c, tops in tail]
+
+
+def merge_memory_dicts(recent: Any, history: Any) -> Any:
+    """``Memory.to_dicts``'s two parts (as stored: either may be missing or malformed) as one
+    ``to_dict``. The recent part wins: its slot in progress over the history's same slot, its tail
+    from its first hour on. A recent part that holds the whole memory (``to_dict``, as an older
+    version saved it) keeps all it holds; what an older history adds beyond it is either history
+    that version did not read (it comes back) or older than the horizon (the core forgets it at the
+    next slot or minute, as it forgets its own)."""
+    if not isinstance(recent, dict) or not isinstance(history, dict):
+        return recent
+    out = dict(recent)
+    slots, own = history.get("demand_by_slot"), recent.get("demand_by_slot")
+    if isinstance(slots, dict) and isinstance(own, dict):
+        out["demand_by_slot"] = {**slots, **own}
+    tail, own_tail = history.get("rise_tail"), recent.get("rise_tail")
+    if isinstance(tail, list) and isinstance(own_tail, list):
+        first = own_tail[0][0] if own_tail and isinstance(own_tail[0], list) and own_tail[0] else None
+        older = [h for h in tail if first is None or (isinstance(h, list) and h and _before(h[0], first))]
+        out["rise_tail"] = older + own_tail
+    return out
+
+
+def _before(a: Any, b: Any) -> bool:
+    try:
+        return bool(a < b)
+    except TypeError:  # malformed: kept, and the memory's validation names it
+        return True
 
 
 _MEMORY_FIELDS = tuple(f.name for f in fields(Memory))

@@ -28,6 +28,7 @@ from autoscaler.core.types import (
     Phase,
     SignalSnapshot,
     iso,
+    merge_memory_dicts,
 )
 from autoscaler.core.warm import has_demand_history
 from autoscaler.errors import AutoscalerError, RuntimeFailure
@@ -42,7 +43,8 @@ from autoscaler.service.warmstart import WarmStart
 log = logging.getLogger("autoscaler.controller")
 decision_log = logging.getLogger("autoscaler.decision")
 
-MEMORY_KEY = "memory"
+MEMORY_KEY = "memory"  # the core memory's part that changes at every tick (Memory.to_dicts)
+HISTORY_KEY = "memory_history"  # its history: saved only when a slot ends or an hour of rises closes
 POLICY_KEY = "policy"
 WARM_START_KEY = "warm_start"  # {"run_id", "warm_start": what this run's warm start read, or null}
 
@@ -52,6 +54,11 @@ class SignalSource(Protocol):
 
 
 ControlsProvider = Callable[[float], Controls]
+
+
+def stored_memory(live: LiveLedger) -> Any:
+    """The core memory as the controller saved it (``Memory.to_dict``'s form), or None."""
+    return merge_memory_dicts(live.load_state(MEMORY_KEY), live.load_state(HISTORY_KEY))
 
 
 def memory_from_json(data: Any, policy: Policy, at: float) -> Memory:
@@ -104,7 +111,8 @@ class Controller:
         self.clock = clock
         now = clock()
         self.run_id = ledger.start_run(source, loaded, at=now, label=f"{source} {instance}", instance=instance)
-        self.memory = memory_from_json(self.live.load_state(MEMORY_KEY), self.policy, now)
+        self._history_saved: tuple[Any, Any] | None = None  # (demand_by_slot, rise_tail) last saved
+        self.memory = memory_from_json(stored_memory(self.live), self.policy, now)
         self.warm_start: dict[str, Any] | None = None  # what the warm start read (/status), None: none
         if warm_start is not None:
             self._warm_start(warm_start, now)
@@ -130,7 +138,7 @@ class Controller:
             memory, info = warm_start.apply(self.memory, self.policy, now)
             if info is not None:
                 try:
-                    self.live.save_state(MEMORY_KEY, memory.to_dict(), epoch=self.epoch)
+                    self._save_memory(memory)
                 except RuntimeFailure as exc:
                     log.error("warm start: the memory could not be saved (%s); the first tick saves it", exc)
                 self.memory, self.warm_start = memory, info
@@ -243,7 +251,7 @@ class Controller:
             return None
         try:
             decision_id = self.ledger.record_decision(self.run_id, now, decision, self.loaded.sha256, epoch=self.epoch)
-            self.live.save_state(MEMORY_KEY, memory.to_dict(), epoch=self.epoch)
+            self._save_memory(memory)
         except RuntimeFailure as exc:
             log.error("records unavailable: decision not recorded, no action taken (%s)", exc)
             self.last_decision, self.last_decision_at = decision, now
@@ -262,6 +270,26 @@ class Controller:
                     steps = [str(exc)]
         self._log_decision(decision, fleet, snapshot, steps, time.monotonic() - t0)
         return decision
+
+    def _save_memory(self, memory: Memory) -> None:
+        """The memory's recent part at every tick; its history (about 160 KB of JSON after a week)
+        only when it changed: a slot ended, or an hour of rises closed or left the week. The
+        history first, so a crash between the two leaves a history at least as new as the rest.
+        Raises RuntimeFailure (nothing is marked saved then: the next tick tries again)."""
+        if not self._history_unchanged(memory):
+            self.live.save_state(HISTORY_KEY, memory.history_dict(), epoch=self.epoch)
+            self._history_saved = (memory.demand_by_slot, memory.rise_tail)
+        self.live.save_state(MEMORY_KEY, memory.recent_dict(), epoch=self.epoch)
+
+    def _history_unchanged(self, memory: Memory) -> bool:
+        """The same finished slots (the core copies them when a slot ends, so the same object) and
+        the same closed hours of the tail (each kept as the same object until it leaves)."""
+        if self._history_saved is None:
+            return False
+        slots, tail = self._history_saved
+        if memory.demand_by_slot is not slots or len(memory.rise_tail) != len(tail):
+            return False
+        return all(a is b for a, b in zip(memory.rise_tail[:-1], tail[:-1]))
 
     def _apply_cordons(self) -> None:
         """Record operators' cordons on the groups; an ``uncordon`` recorded after a group was
