@@ -527,3 +527,40 @@ def test_a_stop_before_the_local_worker_listens_still_stops_it(tmp_path):
             os.killpg(child.pid, 9)
             child.wait(10)
         actuator.close()
+
+
+def test_the_local_actuator_never_takes_another_fleets_worker_for_its_own(tmp_path):
+    """A worker another fleet started took this group's port (seen in a loaded test run: the demo
+    adopted another test's worker as its g2 and routed requests to it until it went away). Its
+    owner says so: the group is not running, not started onto it, and the worker is never signalled."""
+    import re
+
+    from autoscaler.actuators.base import GroupStatus
+    from autoscaler.actuators.local import LocalActuator
+    from autoscaler.policy.loader import load_policy
+    from tests.support.procs import start_worker
+
+    other = start_worker(tmp_path, name="other", owner=str(tmp_path / "another-fleet"))
+    try:
+        urls = iter([other.url, "http://127.0.0.1:1", "http://127.0.0.1:2"])
+        text = re.sub(r"worker_url: \S+", lambda _m: f"worker_url: {next(urls)}", (REPO / "policies/demo.yaml").read_text())
+        (tmp_path / "p.yaml").write_text(text)
+        policy = load_policy(str(tmp_path / "p.yaml")).policy
+        actuator = LocalActuator(policy, log_dir=str(tmp_path / "workers"))
+        group = policy.fleet.groups[0]
+        status, detail = actuator.status(group)
+        assert status is GroupStatus.STOPPED, detail
+        assert detail == (f"port {other.port} is held by another fleet's emulated worker "
+                          f"(pid {other.proc.popen.pid}, started from {tmp_path / 'another-fleet'})")
+        started = actuator.start(group)
+        assert not started.ok and started.detail == f"not started: {detail}"
+        stopped = actuator.stop(group, force=True)
+        assert stopped.ok and "another fleet's" in stopped.detail
+        time.sleep(0.3)
+        assert other.proc.alive() and other.state()["owner"] == str(tmp_path / "another-fleet")
+        # The fleet that started it (its log folder) takes it as its own.
+        mine = LocalActuator(policy, log_dir=str(tmp_path / "another-fleet"))
+        assert mine.status(group)[0] is GroupStatus.RUNNING
+        assert mine.argv(group)[-2:] == ["--owner", str((tmp_path / "another-fleet").resolve())]
+    finally:
+        other.proc.kill()
