@@ -9,4 +9,6 @@ scripts/bootstrap.sh --test
 .venv/bin/mypy
 # Three test processes (pytest-xdist) on two cores: most of a live test waits on real processes, so
 # the suite takes about 10 minutes instead of 14. Each process has its own PostgreSQL and ports.
-exec .venv/bin/python -m pytest -q -n 3 --durations=15 "$@"
+# worksteal: a process that runs out of tests takes some from another's queue, so the long live
+# tests do not all end up at the tail of one process.
+exec .venv/bin/python -m pytest -q -n 3 --dist worksteal --durations=15 "$@"
