@@ -527,3 +527,50 @@ def test_a_stop_before_the_local_worker_listens_still_stops_it(tmp_path):
             os.killpg(child.pid, 9)
             child.wait(10)
         actuator.close()
+
+
+def test_the_local_actuator_never_takes_another_fleets_worker_for_its_own(tmp_path):
+    """A worker another fleet started took this group's port (seen in a loaded test run: the demo
+    adopted another test's worker as its g2 and routed requests to it until it went away). Its
+    owner, the other ledger's fleet id, says so: the group is not running, not started onto it, and
+    the worker is never signalled. The fleet id is the ledger's: every actuator of one fleet (a
+    restart, a test's fleet and its driver, another log folder) has the same."""
+    import re
+
+    from autoscaler.actuators.base import GroupStatus
+    from autoscaler.actuators.local import LocalActuator
+    from autoscaler.ledger.live import LiveLedger
+    from autoscaler.ledger.store import Ledger
+    from autoscaler.policy.loader import load_policy
+    from tests.support.procs import start_worker
+
+    with Ledger(f"sqlite:///{tmp_path / 'ours.db'}") as ours, Ledger(f"sqlite:///{tmp_path / 'theirs.db'}") as theirs:
+        mine, other_fleet = LiveLedger(ours).fleet_id(epoch=1), LiveLedger(theirs).fleet_id(epoch=1)
+        assert LiveLedger(ours).fleet_id(epoch=2) == mine and mine != other_fleet  # made once, kept
+    other = start_worker(tmp_path, name="other", owner=other_fleet)
+    try:
+        urls = iter([other.url, "http://127.0.0.1:1", "http://127.0.0.1:2"])
+        text = re.sub(r"worker_url: \S+", lambda _m: f"worker_url: {next(urls)}", (REPO / "policies/demo.yaml").read_text())
+        (tmp_path / "p.yaml").write_text(text)
+        policy = load_policy(str(tmp_path / "p.yaml")).policy
+        actuator = LocalActuator(policy, log_dir=str(tmp_path / "workers"), owner=mine)
+        group = policy.fleet.groups[0]
+        status, detail = actuator.status(group)
+        assert status is GroupStatus.STOPPED, detail
+        assert detail == (f"port {other.port} is held by another fleet's emulated worker "
+                          f"(pid {other.proc.popen.pid}, fleet {other_fleet}, not {mine})")
+        started = actuator.start(group)
+        assert not started.ok and started.detail == f"not started: {detail}"
+        stopped = actuator.stop(group, force=True)
+        assert stopped.ok and "another fleet's" in stopped.detail
+        time.sleep(0.3)
+        assert other.proc.alive() and other.state()["owner"] == other_fleet
+        # The fleet that started it takes it as its own, whatever its log folder; an actuator with
+        # no fleet id checks nothing (and tells its workers nothing).
+        theirs_actuator = LocalActuator(policy, log_dir=str(tmp_path / "elsewhere"), owner=other_fleet)
+        assert theirs_actuator.status(group)[0] is GroupStatus.RUNNING
+        assert theirs_actuator.argv(group)[-2:] == ["--owner", other_fleet]
+        blind = LocalActuator(policy)
+        assert blind.status(group)[0] is GroupStatus.RUNNING and "--owner" not in blind.argv(group)
+    finally:
+        other.proc.kill()

@@ -14,13 +14,14 @@ from autoscaler.actuators.base import ActResult, Actuator, GroupStatus
 from autoscaler.policy.model import ActuatorKind, Policy
 
 
-def actuator_for(policy: Policy) -> Actuator | None:
-    """The policy's actuator, or None for advisory."""
+def actuator_for(policy: Policy, *, fleet_id: str = "") -> Actuator | None:
+    """The policy's actuator, or None for advisory. ``fleet_id`` (the ledger's,
+    ``LiveLedger.fleet_id``): the ``local`` actuator's workers carry it, so another fleet's are told apart."""
     kind = policy.actuator.kind
     if kind is ActuatorKind.LOCAL:
         from autoscaler.actuators.local import LocalActuator
 
-        return LocalActuator(policy)
+        return LocalActuator(policy, owner=fleet_id)
     if kind is ActuatorKind.COMMAND:
         from autoscaler.actuators.command import CommandActuator
 

@@ -37,10 +37,15 @@ def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
 class LocalActuator:
     kind = "local"
 
-    def __init__(self, policy: Policy, *, log_dir: str | None = None) -> None:
+    def __init__(self, policy: Policy, *, log_dir: str | None = None, owner: str = "") -> None:
         self.policy = policy
         self.log_dir = Path(log_dir or os.environ.get("AUTOSCALER_LOCAL_LOG_DIR")
                             or Path(tempfile.gettempdir()) / "autoscaler-local")
+        # The fleet's id (``LiveLedger.fleet_id``: one per ledger, so every controller and restart
+        # of the fleet has the same). Each worker is started with it (``--owner``) and reports it: a
+        # port another fleet's worker took (a demo and a test on one machine) is never counted,
+        # started onto or signalled as ours. "" (no id): no worker is told and none is checked.
+        self.owner = owner
         self._children: dict[str, subprocess.Popen] = {}
 
     @property
@@ -62,6 +67,7 @@ class LocalActuator:
             "--decode-tokens-per-s", f"{sim.decode_tokens_per_s:g}",
             "--kv-capacity-tokens", str(sim.kv_cache_tokens),
             "--metric-prefix", sig.metric_prefix,
+            *(["--owner", self.owner] if self.owner else []),
         ]
 
     def start(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> ActResult:
@@ -70,6 +76,9 @@ class LocalActuator:
             return ActResult(False, "not started: the act was aborted (leadership lost or shutdown)", interrupted=True)
         parts = urlsplit(group.worker_url)
         if port_open(parts.hostname or "127.0.0.1", parts.port or 0):
+            foreign = self._foreign(group)
+            if foreign is not None:
+                return ActResult(False, f"not started: {foreign}")
             return ActResult(True, f"a worker already listens on {parts.hostname}:{parts.port}; not starting a second")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{group.name}-{parts.port}.log"
@@ -84,14 +93,38 @@ class LocalActuator:
         self._children[group.name] = proc
         return ActResult(True, f"started emulated worker pid {proc.pid} on port {parts.port} (log {log_path})", 0)
 
+    def _state(self, group: Group) -> dict | None:
+        """What the worker on the group's port says it is (``/_emulator/state``), or None."""
+        try:
+            state = httpx.get(group.worker_url + "/_emulator/state", timeout=2.0, trust_env=False).json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        return state if isinstance(state, dict) else None
+
+    def _foreign(self, group: Group) -> str | None:
+        """One line naming another fleet's worker on the group's port; None when the process there is
+        ours (our child, or one that reports our owner) or does not say (a worker started by hand,
+        or one that did not answer: never taken for foreign on a slow answer)."""
+        if not self.owner:
+            return None
+        child = self._children.get(group.name)
+        if child is not None and child.poll() is None:
+            return None
+        state = self._state(group)
+        owner = None if state is None else state.get("owner")
+        if not isinstance(owner, str) or owner in ("", self.owner):
+            return None
+        return (f"port {urlsplit(group.worker_url).port} is held by another fleet's emulated worker "
+                f"(pid {state.get('pid') if state else '?'}, fleet {owner}, not {self.owner})")
+
     def _pid(self, group: Group) -> int | None:
         child = self._children.get(group.name)
         if child is not None and child.poll() is None:
             return child.pid
+        state = self._state(group)
         try:
-            state = httpx.get(group.worker_url + "/_emulator/state", timeout=2.0, trust_env=False).json()
-            return int(state["pid"])
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None if state is None else int(state["pid"])
+        except (KeyError, TypeError, ValueError):
             return None
 
     def stop(self, group: Group, *, force: bool = False, ctx: ActContext = NO_CONTEXT) -> ActResult:
@@ -112,6 +145,9 @@ class LocalActuator:
             except ProcessLookupError:
                 pass
             return ActResult(True, f"sent {sig.name} to pid {child.pid} (not listening on port {parts.port} yet)", 0)
+        foreign = self._foreign(group)
+        if foreign is not None:  # never signal another fleet's worker
+            return ActResult(True, f"none of ours listens: {foreign}")
         pid = self._pid(group)
         if pid is None:
             return ActResult(False, f"port {parts.port} is open but the worker's pid is unknown")
@@ -127,6 +163,9 @@ class LocalActuator:
         self._reap()
         parts = urlsplit(group.worker_url)
         if port_open(parts.hostname or "127.0.0.1", parts.port or 0):
+            foreign = self._foreign(group)
+            if foreign is not None:
+                return GroupStatus.STOPPED, foreign
             return GroupStatus.RUNNING, f"port {parts.port} open"
         return GroupStatus.STOPPED, f"port {parts.port} closed"
 

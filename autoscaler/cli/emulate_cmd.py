@@ -32,6 +32,8 @@ def register(subparsers) -> None:
                    help="streamed chunks are at least this far apart; tokens due meanwhile go together (default 0.05)")
     w.add_argument("--model-name", default="MiniMaxAI/MiniMax-M2.5", help="model name in info, /v1/models and metric labels")
     w.add_argument("--metric-prefix", default="sglang:", help="prefix of every metric name (default sglang:)")
+    w.add_argument("--owner", default="", help="who started it, reported by GET /_emulator/state (the local "
+                   "actuator passes its fleet's log folder, so it never takes another fleet's worker for its own)")
     w.add_argument("--explicit-timestamps", action="store_true",
                    help="stamp every /metrics sample with the time it was served (then the 'frozen' "
                         "fault leaves stale series in Prometheus instead of absent ones)")
@@ -91,7 +93,7 @@ def _run_worker(args: argparse.Namespace) -> int:
         metric_prefix=args.metric_prefix,
     )
     config = WorkerConfig(host=args.host, port=args.port, startup_s=args.startup_s,
-                          explicit_timestamps=args.explicit_timestamps, engine=engine)
+                          explicit_timestamps=args.explicit_timestamps, engine=engine, owner=args.owner)
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -52,6 +52,7 @@ class WorkerConfig:
     startup_s: float = 0.0
     explicit_timestamps: bool = False  # stamp every /metrics sample with the time it was served
     engine: EngineConfig = EngineConfig()
+    owner: str = ""  # who started it (the local actuator's fleet), reported by /_emulator/state
 
 
 class BadRequest(Exception):
@@ -219,7 +220,8 @@ class Worker:
 
     async def state(self, request: web.Request) -> web.Response:
         return web.json_response({
-            **self.engine.state(), "pid": os.getpid(), "ready": self.ready, "health_fault": self.health_fault,
+            **self.engine.state(), "pid": os.getpid(), "owner": self.config.owner, "ready": self.ready,
+            "health_fault": self.health_fault,
             "metrics_fault": self.metrics_fault,
             "frozen_at_ms": self._frozen[1] if self.metrics_fault == "frozen" and self._frozen else None,
         })

@@ -10,14 +10,18 @@ never leaves the record half way (either the transition happened or it did not).
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sqlalchemy import insert, select, update
 
+from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.models import ActionRow, ControllerStateRow, FleetGroupRow, GroupEventRow
 from autoscaler.ledger.store import GroupEvent, Ledger
+
+FLEET_KEY = "fleet"  # controller_state: {"id": the fleet's id} (LiveLedger.fleet_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +211,24 @@ class LiveLedger:
                 ActionRow.group_name == group, ActionRow.kind == "start")).scalar()
 
     # ------------------------------------------------------------------ controller state
+    def fleet_id(self, *, epoch: int) -> str:
+        """This ledger's fleet id: made by the first caller (insert only, so two that race agree)
+        and never changed, so every controller of the fleet, and every restart, has the same.
+        Raises RuntimeFailure when the ledger cannot be read or written."""
+        stored = self.load_state(FLEET_KEY)
+        if stored is None:
+            try:
+                with self.ledger._write() as conn:
+                    conn.execute(insert(ControllerStateRow), {"key": FLEET_KEY, "value": {"id": uuid.uuid4().hex[:16]},
+                                                              "epoch": epoch, "updated_at": time.time()})
+            except RuntimeFailure:  # another process made it first (the key is the primary key)
+                pass
+            stored = self.load_state(FLEET_KEY)
+        fleet = None if stored is None else stored.get("id")
+        if not isinstance(fleet, str) or not fleet:
+            raise RuntimeFailure(f"ledger {self.ledger.safe_url}: no readable fleet id (controller_state {FLEET_KEY!r})")
+        return fleet
+
     def load_state(self, key: str) -> Mapping[str, Any] | None:
         with self.ledger._read() as conn:
             row = conn.execute(select(ControllerStateRow.value).where(ControllerStateRow.key == key)).first()

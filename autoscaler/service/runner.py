@@ -186,7 +186,7 @@ class Service:
     def _executor_factory(self, policy: Policy, live: LiveLedger, run_id: int, epoch: int):
         if policy.actuator.kind is ActuatorKind.ADVISORY:
             return ShadowFleet(policy, live, run_id=run_id, epoch=epoch, clock=self.clock)
-        actuator = actuator_for(policy)
+        actuator = actuator_for(policy, fleet_id=self._fleet_id(live, epoch))
         assert actuator is not None  # None only for advisory, handled above
         if self._gateway is None:
             self._gateway = GatewayClient(self.settings.gateway_url, api_key=self.settings.gateway_api_key)
@@ -194,6 +194,15 @@ class Service:
                             health_timeout_s=policy.lifecycle.health_timeout_s)
         return Executor(policy, live, self._gateway, actuator, probe, run_id=run_id, epoch=epoch, clock=self.clock,
                         fence=self.fence)
+
+    def _fleet_id(self, live: LiveLedger, epoch: int) -> str:
+        """The ledger's fleet id for the ``local`` actuator's workers; "" (no check) when it cannot
+        be had: the workers are then told apart by their ports alone, as before the id."""
+        try:
+            return live.fleet_id(epoch=epoch)
+        except RuntimeFailure as exc:
+            log.warning("no fleet id (%s): another fleet's workers on our ports are not told apart", exc)
+            return ""
 
     def _controls(self, now: float) -> Controls:
         """The operator controls in force. Recomputed only when a new control was recorded (one
@@ -404,7 +413,8 @@ class Service:
         old_interval = old.scaling.tick_interval_s
         actuator = None
         if value.policy.actuator != old.actuator and isinstance(controller.executor, Executor):
-            actuator = actuator_for(value.policy)  # new templates or timeouts: the hands rebuilt, between ticks
+            # new templates or timeouts: the hands rebuilt, between ticks
+            actuator = actuator_for(value.policy, fleet_id=self._fleet_id(controller.live, controller.epoch))
             log.info("actuator rebuilt from the edited policy (kind %s)", value.policy.actuator.kind.value)
         self.policy_file.good = value
         self.policy_file.error = None

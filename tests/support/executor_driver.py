@@ -38,8 +38,9 @@ def main() -> int:
     loaded = load_policy(args.policy)
     ledger = Ledger(args.db)
     run_id = ledger.start_run("live", loaded, at=time.time(), label="driver")
-    ex = Executor(loaded.policy, LiveLedger(ledger), GatewayClient(args.gateway), LocalActuator(loaded.policy),
-                  WorkerProbe(), run_id=run_id, epoch=1)
+    live = LiveLedger(ledger)
+    ex = Executor(loaded.policy, live, GatewayClient(args.gateway),
+                  LocalActuator(loaded.policy, owner=live.fleet_id(epoch=1)), WorkerProbe(), run_id=run_id, epoch=1)
     ex.init_node_states(time.time())
     print("first reconcile:", ex.reconcile().steps, file=sys.stderr, flush=True)
     if args.drain:

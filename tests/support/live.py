@@ -75,7 +75,8 @@ class LiveFleet:
         self.live = LiveLedger(self.ledger)
         self.run_id = self.ledger.start_run("live", self.loaded, at=time.time(), label="test")
         self.gateway = GatewayClient(self.gateway_url, api_key=self.api_key)
-        self.actuator = LocalActuator(self.policy, log_dir=str(self.policy_path.parent / "workers"))
+        self.actuator = LocalActuator(self.policy, log_dir=str(self.policy_path.parent / "workers"),
+                                      owner=self.live.fleet_id(epoch=self.epoch))
         self.probe = WorkerProbe(metric_prefix=self.policy.signals.metric_prefix)
         self.executor = Executor(self.policy, self.live, self.gateway, self.actuator, self.probe,
                                  run_id=self.run_id, epoch=self.epoch)
