@@ -164,7 +164,15 @@ def met_by_references(refs: dict, policy: Policy) -> list[str]:
     clairvoyant oracle) that meet all three targets of the cell themselves, judged exactly as ours
     is. An empty list: no controller in the comparison, at any of its settings, meets the cell,
     which bounds what a sweep of known controllers reaches there (not what any controller could)."""
-    return [name for name, v in judge_references(refs, policy).items() if v["meets_targets"]]
+    return reference_outcomes(refs, policy)[0]
+
+
+def reference_outcomes(refs: dict, policy: Policy) -> tuple[list[str], list[str]]:
+    """(the references that meet the cell, ``met_by_references``; those more than 0.5 pp below
+    always-on's SLO there), from one verdict each."""
+    verdicts = judge_references(refs, policy)
+    return ([n for n, v in verdicts.items() if v["meets_targets"]],
+            [n for n, v in verdicts.items() if not v["slo_within_0_5pp_of_static"]])
 
 
 def judge_references(refs: dict, policy: Policy) -> dict[str, dict]:
@@ -283,9 +291,7 @@ def main() -> int:
     for r in results:
         r["refs"] = cache[cell_key(r["trace"], r["seed"], r["pu"])]
         r["verdict"] = judge(r["ours"], r["refs"], base_policy)
-        verdicts = judge_references(r["refs"], base_policy)
-        r["met_by_references"] = [n for n, v in verdicts.items() if v["meets_targets"]]
-        r["slo_missed_by"] = [n for n, v in verdicts.items() if not v["slo_within_0_5pp_of_static"]]
+        r["met_by_references"], r["slo_missed_by"] = reference_outcomes(r["refs"], base_policy)
 
     by_cand = {i: [r for r in results if r["candidate"] == i] for i in range(len(cands))}
     chosen_all = min(by_cand, key=lambda i: score(by_cand[i]))

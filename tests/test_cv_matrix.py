@@ -28,6 +28,8 @@ def test_a_reference_meets_a_cell_only_within_both_bars_and_undominated() -> Non
     refs.update({f"hpa@{t}": run(0.986, 108.0) if t == 0.5 else run(0.984, 104.0) if t == 0.6 else run(0.990, 190.0)
                  for t in cv_matrix.HPA_TARGETS})
     assert cv_matrix.met_by_references(refs, policy) == ["hpa@0.5"]
+    # what the matrix records per cell, from the same verdicts: hpa@0.6 is 0.6 pp below always-on
+    assert cv_matrix.reference_outcomes(refs, policy) == (["hpa@0.5"], ["hpa@0.6"])
     # the oracle, which meets every bar by construction, is not a reference a controller can be
     refs["hpa@0.5"] = run(0.986, 111.0)  # x1.11: outside the node-hours bar
     assert cv_matrix.met_by_references(refs, policy) == []

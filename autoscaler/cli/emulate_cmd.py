@@ -33,7 +33,7 @@ def register(subparsers) -> None:
     w.add_argument("--model-name", default="MiniMaxAI/MiniMax-M2.5", help="model name in info, /v1/models and metric labels")
     w.add_argument("--metric-prefix", default="sglang:", help="prefix of every metric name (default sglang:)")
     w.add_argument("--owner", default="", help="who started it, reported by GET /_emulator/state (the local "
-                   "actuator passes its fleet's log folder, so it never takes another fleet's worker for its own)")
+                   "actuator passes its ledger's fleet id, so it never takes another fleet's worker for its own)")
     w.add_argument("--explicit-timestamps", action="store_true",
                    help="stamp every /metrics sample with the time it was served (then the 'frozen' "
                         "fault leaves stale series in Prometheus instead of absent ones)")

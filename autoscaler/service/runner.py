@@ -186,7 +186,7 @@ class Service:
     def _executor_factory(self, policy: Policy, live: LiveLedger, run_id: int, epoch: int):
         if policy.actuator.kind is ActuatorKind.ADVISORY:
             return ShadowFleet(policy, live, run_id=run_id, epoch=epoch, clock=self.clock)
-        actuator = actuator_for(policy, fleet_id=self._fleet_id(live, epoch))
+        actuator = actuator_for(policy, fleet_id=self._fleet_id(policy, live, epoch))
         assert actuator is not None  # None only for advisory, handled above
         if self._gateway is None:
             self._gateway = GatewayClient(self.settings.gateway_url, api_key=self.settings.gateway_api_key)
@@ -195,9 +195,12 @@ class Service:
         return Executor(policy, live, self._gateway, actuator, probe, run_id=run_id, epoch=epoch, clock=self.clock,
                         fence=self.fence)
 
-    def _fleet_id(self, live: LiveLedger, epoch: int) -> str:
-        """The ledger's fleet id for the ``local`` actuator's workers; "" (no check) when it cannot
-        be had: the workers are then told apart by their ports alone, as before the id."""
+    def _fleet_id(self, policy: Policy, live: LiveLedger, epoch: int) -> str:
+        """The ledger's fleet id for the ``local`` actuator's workers (no other actuator needs one:
+        ""); "" (no check) as well when it cannot be had: the workers are then told apart by their
+        ports alone, as before the id."""
+        if policy.actuator.kind is not ActuatorKind.LOCAL:
+            return ""
         try:
             return live.fleet_id(epoch=epoch)
         except RuntimeFailure as exc:
@@ -414,7 +417,8 @@ class Service:
         actuator = None
         if value.policy.actuator != old.actuator and isinstance(controller.executor, Executor):
             # new templates or timeouts: the hands rebuilt, between ticks
-            actuator = actuator_for(value.policy, fleet_id=self._fleet_id(controller.live, controller.epoch))
+            actuator = actuator_for(value.policy,
+                                    fleet_id=self._fleet_id(value.policy, controller.live, controller.epoch))
             log.info("actuator rebuilt from the edited policy (kind %s)", value.policy.actuator.kind.value)
         self.policy_file.good = value
         self.policy_file.error = None
