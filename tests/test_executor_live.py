@@ -23,7 +23,7 @@ from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.service.executor import Executor, RecordsUnavailable
 from tests.support.live import LiveFleet, StreamingLoad, active_node_seconds, decision, kill_workers, write_policy
-from tests.support.procs import PYTHON, Proc, start_gateway, wait_until
+from tests.support.procs import PYTHON, Proc, free_port, start_gateway, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -575,3 +575,17 @@ def test_the_fence_refuses_an_act_of_an_older_epoch_even_to_a_leader():
     assert not fence.may_act(1) and fence.may_act(3)
     fence.cut.set()
     assert not fence.may_act(3)
+
+
+def test_a_reload_that_moves_a_group_to_another_url_drops_the_probes_pool_for_the_old_one(fleet, tmp_path):
+    from autoscaler.policy.loader import load_policy
+
+    f = fleet()
+    old = f.url("g2")
+    f.probe.healthy(old)  # nothing listens there: the probe still keeps a pool for the URL
+    assert old in f.probe.urls()
+    ports = [int(u.rsplit(":", 1)[1]) for u in f.urls]
+    ports[1] = free_port()
+    moved = load_policy(write_policy(tmp_path / "moved.yaml", ports=ports)).policy
+    f.executor.set_policy(moved)
+    assert old not in f.probe.urls()

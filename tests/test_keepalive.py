@@ -22,6 +22,7 @@ class Counting(ThreadingHTTPServer):
 
     def __init__(self, close_after: bool = False) -> None:
         self.connections = 0
+        self.ended = 0
         self.paths: list[str] = []
         self.close_after = close_after
         super().__init__(("127.0.0.1", 0), Handler)
@@ -29,6 +30,10 @@ class Counting(ThreadingHTTPServer):
     def process_request(self, request, client_address):  # one call per accepted connection
         self.connections += 1
         super().process_request(request, client_address)
+
+    def shutdown_request(self, request):  # the connection ended (the client closed it, or we did)
+        self.ended += 1
+        super().shutdown_request(request)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -164,3 +169,23 @@ def test_the_prometheus_client_names_a_black_hole_as_no_answer_within_the_timeou
         with PrometheusClient(url, timeout_s=0.3) as client:
             answer = client.query("up", time.time())
     assert answer.kind == "unreachable" and answer.detail == f"no answer within 0.3 s from {url}"
+
+
+def test_a_reload_that_moves_a_worker_closes_the_probes_connection_to_its_old_url():
+    from autoscaler.adapters.worker_probe import WorkerProbe
+
+    with serving() as old, serving() as kept:
+        probe = WorkerProbe(timeout_s=2, health_timeout_s=2)
+        try:
+            assert probe.healthy(url_of(old))[0] and probe.healthy(url_of(kept))[0]
+            assert old.ended == 0 and kept.ended == 0  # both connections kept open
+            probe.retain({url_of(kept)})
+            deadline = time.monotonic() + 5
+            while old.ended == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert old.ended == 1, "the connection to the URL no policy names is still open"
+            assert probe.urls() == [url_of(kept)]
+            assert probe.healthy(url_of(kept))[0]
+            assert kept.connections == 1 and kept.ended == 0  # the kept one is reused, not reopened
+        finally:
+            probe.close()

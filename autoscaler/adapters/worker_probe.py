@@ -58,6 +58,20 @@ class WorkerProbe:
         for pool in pools:
             pool.close()
 
+    def urls(self) -> list[str]:
+        """The worker URLs this probe keeps connections to (one pool each)."""
+        with self._lock:
+            return list(self._pools)
+
+    def retain(self, worker_urls: set[str]) -> None:
+        """Close the connections to every worker URL not in ``worker_urls``: a reloaded policy that
+        moved a group to another URL (or dropped it) leaves no idle sockets to the old one."""
+        with self._lock:
+            gone = [u for u in self._pools if u not in worker_urls]
+            pools = [self._pools.pop(u) for u in gone]
+        for pool in pools:
+            pool.close()
+
     def _pool(self, worker_url: str) -> KeepAlivePool:
         with self._lock:
             pool = self._pools.get(worker_url)

@@ -192,6 +192,8 @@ class Executor:
             self.actuator.close()
             self.actuator = actuator
         self.probe.health_timeout_s = policy.lifecycle.health_timeout_s
+        # Workers are probed at the policy's URLs (self.group(...).worker_url): an old one never again.
+        self.probe.retain({g.worker_url for g in policy.fleet.groups})
         now = self.clock()
         stored = self.live.groups()
         for g in policy.fleet.groups:
