@@ -504,9 +504,12 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     if not explain and not fits:
         return False, "", {}
     risk: Risk | None = None
-    if remaining > 0:
-        risk = exceed_probability(t.memory, policy, t.now, capacity, t.risk_horizon)
     allowed, burn = allowed_risk(t.memory, policy)
+    if remaining > 0:
+        # Without ``explain`` only "within what is allowed?" matters: the risk may stop counting
+        # once the six hours alone say no (core/risk.py); a drain is then explained in full.
+        risk = exceed_probability(t.memory, policy, t.now, capacity, t.risk_horizon,
+                                  stop_above=None if explain else allowed)
     need = down.min_measured_rises
     # The measurements must show the risk within budget (core/risk.py, evidence_floor): part of the
     # cold start's hold, off with it (scale_down.min_measured_rises 0).
