@@ -9,7 +9,7 @@ equal to the floor, the victim above the ceiling; and the cordon's, in tests/tes
 a cordoned group still starting, the cordon rule's place in the order, its replacement within
 the ceiling, its holds; the cold start's rises at tick resolution and the mean reversion of a
 rise, in tests/test_core_cold_start.py; the week's tail of rises and the seasonal share that only
-raises the risk, in tests/test_core_week.py; the replay's fast paths, in tests/test_core_fast_path.py; the session moves a drain is charged, in tests/test_core_sessions.py), run the test that must catch it, and restore the file: every line must
+raises the risk, in tests/test_core_week.py; the replay's fast paths, in tests/test_core_fast_path.py; the headroom a burning budget buys, in tests/test_core_numbers.py; the session moves a drain is charged, in tests/test_core_sessions.py), run the test that must catch it, and restore the file: every line must
 say KILLED.
 
     .venv/bin/python bench/core_mutations.py            # all of them
@@ -40,6 +40,10 @@ M = [
  ("autoscaler/core/decide.py", "and fits and risk.probability <= allowed\n", "and fits\n", f"{W}::test_the_weeks_burst_holds_a_drain_the_six_hours_allow"),
  ("autoscaler/core/risk.py", "            for r in tops:\n                del values[bisect_right(values, r) - 1]", "            pass", f"{F}::test_the_tails_sorted_rises_updated_an_hour_at_a_time_are_the_full_sort"),
  ("autoscaler/core/risk.py", "measured > stop_above and n >= PRIOR_RISES", "n >= PRIOR_RISES", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
+ ("autoscaler/core/risk.py", "    return min(MAX_BOLDNESS, burn)\n\n\ndef allowed_risk", "    return 1.0\n\n\ndef allowed_risk", f"{N}::test_headroom_is_the_burn_between_one_and_twice"),
+ ("autoscaler/core/risk.py", "    if burn is None or burn <= 1.0:\n        return 1.0\n    return min(", "    if burn is None:\n        return 1.0\n    return min(", f"{N}::test_a_burning_budget_starts_a_group_before_requests_queue"),
+ ("autoscaler/core/decide.py", "        self.per_group = self.per_group / self.headroom", "        self.per_group = self.per_group", f"{N}::test_a_burning_budget_starts_a_group_before_requests_queue"),
+ ("autoscaler/core/decide.py", "    fits = util_after * t.headroom < down.utilization_below", "    fits = util_after < down.utilization_below", f"{N}::test_a_burning_budget_needs_more_room_for_a_drain"),
  ("autoscaler/core/victim.py", "return (kv, load, -order)", "return (load, kv, -order)", "test_victim_key_is_kv_before_load"),
  ("autoscaler/core/decide.py", "self.lead = lead_time_s(policy, memory)", 'self.lead = (policy.fleet.startup_expected_s, "fleet.startup_expected_s")', "test_decide_uses_the_measured_p95_lead_time"),
  ("autoscaler/core/forecast.py", "projection = level + slope * horizon", "projection = level + slope * horizon / 2", "test_trend_projects_the_whole_horizon"),

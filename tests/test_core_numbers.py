@@ -589,3 +589,42 @@ def test_a_drain_waits_for_thirty_measured_rises(measured, drains):
         assert d.reason is Reason.STEADY
         assert d.detail.startswith(f"only {measured} of 30 minutes of rises measured: no drain on the prior alone; ")
     assert Policy.model_validate({"fleet": P.fleet.model_dump()}).scaling.scale_down.min_measured_rises == 30
+
+
+# ------------------------------------------------------------------ a burning budget buys headroom
+def _burning(burn: float) -> Memory:
+    """SETTLED with a burn of ``burn`` at budget 1%: (m + 10) / (99,000 + 1,000) / 1% = burn."""
+    return SETTLED.with_(budget_burn=(burn * 1000.0 - 10.0, 99_000.0, T0))
+
+
+def test_headroom_is_the_burn_between_one_and_twice():
+    from autoscaler.core.risk import headroom
+
+    assert [headroom(b) for b in (None, 0.3, 1.0, 1.5, 2.0, 6.0)] == [1.0, 1.0, 1.0, 1.5, 2.0, 2.0]
+    assert burn_rate(_burning(1.5), P) == pytest.approx(1.5)
+
+
+def test_a_burning_budget_starts_a_group_before_requests_queue():
+    # Demand 6 on 2 ready groups at 4.2 a group: ceil(6 / 4.2) = 2, enough. Burning 1.5x, a group
+    # counts for 4.2 / 1.5 = 2.8: ceil(6 / 2.8) = ceil(2.14) = 3 -> start g3 before anything queues.
+    load = signals(g1=(3, 0, 0.5), g2=(3, 0, 0.5))
+    two = fleet("ready", "ready", "off")
+    d, _ = decide(load, two, P, _burning(0.5), T0)
+    assert (d.action, d.inputs["headroom"]) == (Action.HOLD, 1.0), d.detail
+    d, _ = decide(load, two, P, _burning(1.5), T0)
+    assert (d.action, d.reason, d.target_groups) == (Action.SCALE_UP, Reason.UTILIZATION_HIGH, 3), d.detail
+    assert d.inputs["headroom"] == 1.5 and d.inputs["requests_per_group_at_target"] == 2.8
+    assert "2 groups x 2.80 = 5.60 (the budget burns 1.50x: 4.20 / 1.50 a group" in d.detail
+
+
+def test_a_burning_budget_needs_more_room_for_a_drain():
+    # Demand 4 on 3 groups, the measured rises all flat (P = 0 at any capacity above today's level):
+    # on 2 groups 4 / 12 = 0.33 < the cap 0.55 -> drain. Burning 2x: 0.33 x 2 = 0.67 >= 0.55 -> keep
+    # 3 groups (the scale-up point moved by the same factor: the two never cross).
+    flat = {"rises_sorted": (0.0,) * 40, "rise_reach": ((0.0, 4.0, 4.0),) * 40}
+    load = signals(g1=(2, 0, 0.2), g2=(1, 0, 0.2), g3=(1, 0, 0.2))
+    d, _ = decide(load, THREE_READY, P, _burning(0.5).with_(**flat), T0)
+    assert (d.action, d.inputs["utilization_after_scale_down"]) == (Action.SCALE_DOWN, 0.3333), d.detail
+    d, _ = decide(load, THREE_READY, P, _burning(2.0).with_(**flat), T0)
+    assert (d.action, d.reason) == (Action.HOLD, Reason.STEADY), d.detail
+    assert "(cap 0.55 / 2.00: the budget burns 2.00x)" in d.detail

@@ -42,10 +42,12 @@ from autoscaler.core.risk import (
     Risk,
     allowed_risk,
     burn_changes,
+    burn_rate,
     charged_burn,
     evidence_floor,
     evidence_minutes,
     exceed_probability,
+    headroom,
     minute_changes,
     open_drain_watch,
     seasonal_peaks_memo,
@@ -175,6 +177,13 @@ class _Tick:
                 memory = seasonal_peaks_memo(memory, policy, now, self.risk_horizon)
             self.fc = forecast(memory, policy, now, self.demand, self.horizon)
         self.memory = memory
+        # A budget burning faster than allowed buys headroom (core/risk.py, ``headroom``): each group
+        # counts for fewer requests, so groups start before requests queue and a drain needs more
+        # room, in proportion to the burn and at most MAX_BOLDNESS: burning 1.5x, 4.2 / 1.5 = 2.8.
+        self.burn = burn_rate(memory, policy)
+        self.headroom = headroom(self.burn)
+        self.base_per_group = self.per_group
+        self.per_group = self.per_group / self.headroom
 
     def _problem_in(self, names: tuple[str, ...]) -> Problem | None:
         for p in self.problems:
@@ -198,6 +207,7 @@ class _Tick:
             "queued": self.queued,
             "demand": self.demand,
             "requests_per_group_at_target": round(self.per_group, 4),
+            "headroom": round(self.headroom, 4),
             "capacity_at_target": round(self.active * self.per_group, 4),
             "ttft_p99_s": fleet.ttft_p99_s,
             "queue_wait_p99_s": fleet.queue_wait_p99_s,
@@ -322,7 +332,8 @@ def _scale_up(t: _Tick):
             # 11 requests / (6 x 0.7 = 4.2 per group) -> 3 groups
             wants.append((need, Reason.UTILIZATION_HIGH,
                           f"demand {_fmt(demand)} ({of}) "
-                          f"> {serving} groups x {_fmt(t.per_group)} = {_fmt(serving * t.per_group)}{leaving}; "
+                          f"> {serving} groups x {_fmt(t.per_group)} = {_fmt(serving * t.per_group)}"
+                          f"{_headroom_note(t)}{leaving}; "
                           f"needs {need}" + (f" incl. {t.spare} spare" if t.spare else ""), False))
         if (up.queued_per_group_above is not None and ready and queued is not None
                 and queued / ready > up.queued_per_group_above):
@@ -334,7 +345,8 @@ def _scale_up(t: _Tick):
             if need_fc > serving:
                 wants.append((need_fc, Reason.FORECAST_HIGH,
                               f"forecast demand {_fmt(t.fc.peak)} ({t.fc.basis}) within {_fmt(t.fc.horizon_s)} s "
-                              f"> {serving} groups x {_fmt(t.per_group)}{leaving}; needs {need_fc}", True))
+                              f"> {serving} groups x {_fmt(t.per_group)}{_headroom_note(t)}{leaving}; "
+                              f"needs {need_fc}", True))
     fleet = t.signals.fleet
     capacity_miss = False
     if up.on_slo_burn and ready and fleet.ttft_p99_s is not None and fleet.ttft_p99_s > policy.slo.ttft_target_s:
@@ -485,6 +497,14 @@ def _fmt_pct(p: float) -> str:
     return f"{100 * p:.2g}%" if p < 0.1 else f"{100 * p:.0f}%"
 
 
+def _headroom_note(t: _Tick) -> str:
+    """How a burning budget set the requests a group counts for (core/risk.py, ``headroom``)."""
+    if t.headroom == 1.0:
+        return ""
+    return (f" (the budget burns {t.burn:.2f}x: {_fmt(t.base_per_group)} / {t.headroom:.2f} a group, "
+            f"to start before requests queue)")
+
+
 def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str, dict[str, Any]]:
     """Would ``remaining`` groups (less spares) carry what comes within one lead time?
 
@@ -500,7 +520,7 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     worst = max(t.demand, t.fc.peak) if t.fc.basis == "seasonal" else t.demand
     util_after = worst / (remaining * policy.fleet.requests_per_group) if remaining > 0 else math.inf
     capacity = remaining * t.per_group
-    fits = util_after < down.utilization_below
+    fits = util_after * t.headroom < down.utilization_below
     if not explain and not fits:
         return False, "", {}
     risk: Risk | None = None
@@ -527,7 +547,8 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # e.g. demand 3, forecast 3.5, 3 -> 2 groups: 3.5 / (2 x 6) = 0.29 < 0.9
     numbers = (f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; on "
                f"{max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
-               f"(cap {_fmt(down.utilization_below)})")
+               f"(cap {_fmt(down.utilization_below)}"
+               + ("" if t.headroom == 1.0 else f" / {t.headroom:.2f}: the budget burns {t.burn:.2f}x") + ")")
     if risk is None:
         return False, numbers, extra
     seasonal = ("" if risk.p_seasonal is None else
