@@ -208,6 +208,7 @@ class _Tick:
             "demand": self.demand,
             "requests_per_group_at_target": round(self.per_group, 4),
             "headroom": round(self.headroom, 4),
+            "budget_burn": None if self.burn is None else round(self.burn, 4),
             "capacity_at_target": round(self.active * self.per_group, 4),
             "ttft_p99_s": fleet.ttft_p99_s,
             "queue_wait_p99_s": fleet.queue_wait_p99_s,
