@@ -628,3 +628,19 @@ def test_a_burning_budget_needs_more_room_for_a_drain():
     d, _ = decide(load, THREE_READY, P, _burning(2.0).with_(**flat), T0)
     assert (d.action, d.reason) == (Action.HOLD, Reason.STEADY), d.detail
     assert "(cap 0.55 / 2.00: the budget burns 2.00x)" in d.detail
+
+
+def test_a_drain_leaves_the_headroom_the_burn_after_it_asks_for():
+    # Burning 0.5x, with the previous drain's watch still open: 1,502 of 2,000 first tokens over the
+    # target against a baseline of 0 -> 1,502 - 0 - 2 x 1 = 1,500 session-move misses, which this
+    # drain would charge: (490 + 1,500 + 10) / 100,000 / 1% = 2.0. Demand 5 on 3 groups: 5 / 12 =
+    # 0.42 fits the cap 0.55 at headroom 1, but not at the 2 the drain leaves (0.83): judged on the
+    # burn before it, the next tick's scale-up (5 > 2 x 2.1) would undo the drain at the same demand.
+    flat = {"rises_sorted": (0.0,) * 40, "rise_reach": ((0.0, 5.0, 5.0),) * 40}
+    load = signals(g1=(2, 0, 0.2), g2=(2, 0, 0.2), g3=(1, 0, 0.2))
+    d, _ = decide(load, THREE_READY, P, _burning(0.5).with_(**flat), T0)
+    assert d.action is Action.SCALE_DOWN, d.detail
+    watching = _burning(0.5).with_(drain_watch=(T0 - 300, 0.0, 1502.0, 2000.0), **flat)
+    d, _ = decide(load, THREE_READY, P, watching, T0)
+    assert (d.action, d.reason) == (Action.HOLD, Reason.STEADY), d.detail
+    assert "(cap 0.55 / 2.00: the budget burns 2.00x)" in d.detail

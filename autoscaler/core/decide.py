@@ -52,6 +52,7 @@ from autoscaler.core.risk import (
     open_drain_watch,
     seasonal_peaks_memo,
     tick_rise_changes,
+    watch_misses,
 )
 from autoscaler.core.types import (
     Action,
@@ -498,6 +499,16 @@ def _fmt_pct(p: float) -> str:
     return f"{100 * p:.2g}%" if p < 0.1 else f"{100 * p:.0f}%"
 
 
+def _burn_after_drain(t: _Tick) -> float | None:
+    """The burn a drain now would leave: with the open watch of the previous drain closed and its
+    session-move misses charged, as ``_drain`` does; the burn as it is when no watch is open."""
+    watch = t.memory.drain_watch
+    moved = 0.0 if watch is None else watch_misses(watch)
+    if moved <= 0:
+        return t.burn
+    return burn_rate(t.memory.with_(budget_burn=charged_burn(t.memory, moved, t.now)), t.policy)
+
+
 def _headroom_note(t: _Tick) -> str:
     """How a burning budget set the requests a group counts for (core/risk.py, ``headroom``)."""
     if t.headroom == 1.0:
@@ -520,8 +531,13 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # time is the risk's question. A trusted seasonal forecast counts as well.
     worst = max(t.demand, t.fc.peak) if t.fc.basis == "seasonal" else t.demand
     util_after = worst / (remaining * policy.fleet.requests_per_group) if remaining > 0 else math.inf
-    capacity = remaining * t.per_group
-    fits = util_after * t.headroom < down.utilization_below
+    # The headroom the drain must leave is the one after it: a drain closes the previous drain's
+    # open watch and charges its session moves to the burn (_drain). Judged on the burn before
+    # that, a drain at headroom 1 could leave a burn of 2 and be undone by the next tick's scale-up
+    # at the same demand.
+    room = max(t.headroom, headroom(_burn_after_drain(t)))
+    capacity = remaining * t.base_per_group / room
+    fits = util_after * room < down.utilization_below
     if not explain and not fits:
         return False, "", {}
     risk: Risk | None = None
@@ -549,7 +565,7 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     numbers = (f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; on "
                f"{max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
                f"(cap {_fmt(down.utilization_below)}"
-               + ("" if t.headroom == 1.0 else f" / {t.headroom:.2f}: the budget burns {t.burn:.2f}x") + ")")
+               + ("" if room == 1.0 else f" / {room:.2f}: the budget burns {_burn_after_drain(t) or 0.0:.2f}x") + ")")
     if risk is None:
         return False, numbers, extra
     seasonal = ("" if risk.p_seasonal is None else
