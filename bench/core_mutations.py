@@ -44,7 +44,7 @@ M = [
  ("autoscaler/core/risk.py", "    if burn is None or burn <= 1.0:\n        return 1.0\n    return min(", "    if burn is None:\n        return 1.0\n    return min(", f"{N}::test_a_burning_budget_starts_a_group_before_requests_queue"),
  ("autoscaler/core/decide.py", "        self.per_group = self.per_group / self.headroom", "        self.per_group = self.per_group", f"{N}::test_a_burning_budget_starts_a_group_before_requests_queue"),
  ("autoscaler/core/decide.py", "    fits = util_after * room < down.utilization_below", "    fits = util_after < down.utilization_below", f"{N}::test_a_burning_budget_needs_more_room_for_a_drain"),
- ("autoscaler/core/decide.py", "    room = max(t.headroom, headroom(_burn_after_drain(t)))", "    room = t.headroom", f"{N}::test_a_drain_leaves_the_headroom_the_burn_after_it_asks_for"),
+ ("autoscaler/core/decide.py", "    room = max(t.headroom, headroom(burn_after))", "    room = t.headroom", f"{N}::test_a_drain_leaves_the_headroom_the_burn_after_it_asks_for"),
  ("autoscaler/core/victim.py", "return (kv, load, -order)", "return (load, kv, -order)", "test_victim_key_is_kv_before_load"),
  ("autoscaler/core/decide.py", "self.lead = lead_time_s(policy, memory)", 'self.lead = (policy.fleet.startup_expected_s, "fleet.startup_expected_s")', "test_decide_uses_the_measured_p95_lead_time"),
  ("autoscaler/core/forecast.py", "projection = level + slope * horizon", "projection = level + slope * horizon / 2", "test_trend_projects_the_whole_horizon"),

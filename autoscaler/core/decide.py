@@ -535,7 +535,8 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # open watch and charges its session moves to the burn (_drain). Judged on the burn before
     # that, a drain at headroom 1 could leave a burn of 2 and be undone by the next tick's scale-up
     # at the same demand.
-    room = max(t.headroom, headroom(_burn_after_drain(t)))
+    burn_after = _burn_after_drain(t)
+    room = max(t.headroom, headroom(burn_after))
     capacity = remaining * t.base_per_group / room
     fits = util_after * room < down.utilization_below
     if not explain and not fits:
@@ -557,7 +558,6 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         return surplus, "", {}
     extra: dict[str, Any] = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4),
                              "risk": None if risk is None else risk.to_dict(), "risk_allowed": round(allowed, 5),
-                             "budget_burn": None if burn is None else round(burn, 4),
                              "ttft_over_target": t.signals.ttft_over_target,
                              "session_move_misses": None if t.memory.session_moves is None
                              else round(t.memory.session_moves[0], 2)}
@@ -565,7 +565,7 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     numbers = (f"demand {_fmt(t.demand)}, forecast {_fmt(t.fc.peak)} over {_fmt(t.horizon)} s; on "
                f"{max(remaining, 0)} groups that is {_fmt(util_after if remaining > 0 else None)} utilisation "
                f"(cap {_fmt(down.utilization_below)}"
-               + ("" if room == 1.0 else f" / {room:.2f}: the budget burns {_burn_after_drain(t) or 0.0:.2f}x") + ")")
+               + ("" if room == 1.0 else f" / {room:.2f}: the budget burns {burn_after or 0.0:.2f}x") + ")")
     if risk is None:
         return False, numbers, extra
     seasonal = ("" if risk.p_seasonal is None else
