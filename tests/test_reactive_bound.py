@@ -1,0 +1,56 @@
+"""bench/reactive_bound.py's reactor: the oracle's per-minute need without the oracle's foreknowledge.
+A group starts at the first minute of a stretch that needs it (the oracle starts it a start-up
+earlier), and drains only after ``hold`` minutes without need."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from autoscaler.policy.loader import load_policy
+from tests.support.procs import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+spec = importlib.util.spec_from_file_location("reactive_bound", REPO / "bench" / "reactive_bound.py")
+assert spec is not None and spec.loader is not None
+reactive_bound = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(reactive_bound)
+
+NEEDED = np.array([1, 1, 2, 2, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1])  # groups needed per minute (ceiling 3)
+
+
+@pytest.fixture
+def reactor(monkeypatch):
+    policy = load_policy(str(REPO / "policies" / "default.yaml")).policy
+    monkeypatch.setattr(reactive_bound, "oracle_schedule", lambda trace, pol: (NEEDED * 6.0, NEEDED.copy()))
+    trace = SimpleNamespace(span_s=(1000.0, 1000.0 + 60.0 * len(NEEDED)))
+    return lambda hold, spare=0: reactive_bound.ReactiveController(trace, policy, hold, spare)
+
+
+def test_a_group_starts_when_its_stretch_begins_and_drains_a_hold_after_it_ends(reactor) -> None:
+    # g3 is needed only at minute 0 (every schedule starts with the ceiling ready): drained 2 minutes
+    # after it. g2: minutes 0, 2-3 and 7; the one-minute gap after minute 0 is within the hold and
+    # merges, the three minutes before minute 7 are not: drained at 4 + 2, started again at minute 7
+    # itself (the oracle would have started it a start-up before), drained at 8 + 2.
+    c = reactor(2)
+    assert c.actions == [(1000.0 + 180.0, "drain", "g3"), (1000.0 + 360.0, "drain", "g2"),
+                         (1000.0 + 420.0, "start", "g2"), (1000.0 + 600.0, "drain", "g2")]
+    # a hold of 3 minutes bridges the gap: g2 stays on from minute 0 to 8, drained at 8 + 3
+    assert reactor(3).actions == [(1000.0 + 240.0, "drain", "g3"), (1000.0 + 660.0, "drain", "g2")]
+
+
+def test_a_spare_group_is_kept_above_the_need(reactor) -> None:
+    # one spare: g2 is always on, g3 follows what g2 did without it
+    assert reactor(2, spare=1).actions == [(1000.0 + 360.0, "drain", "g3"), (1000.0 + 420.0, "start", "g3"),
+                                           (1000.0 + 600.0, "drain", "g3")]
+
+
+def test_the_reactor_hands_out_its_actions_on_time(reactor) -> None:
+    c = reactor(2)
+    assert c.tick(1000.0 + 179.0, None, None) == ([], [])
+    assert c.tick(1000.0 + 180.0, None, None) == ([], ["g3"])
+    assert c.tick(1000.0 + 420.0, None, None) == (["g2"], ["g2"])  # the drain at 360 and the start at 420
