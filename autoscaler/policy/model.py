@@ -183,7 +183,7 @@ class Slo(StrictModel):
     ttft_target_s: PosFloat = Field(3.0, description="Time-to-first-token target (seconds).")
     ttft_percentile: Float = Field(99, gt=0, lt=100, description="The percentile that must meet the target.")
     capacity_miss_budget_pct: Float = Field(
-        0.75,
+        0.5,
         gt=0,
         le=100,
         description="Share of requests (%) that may miss the TTFT target because of capacity (queue wait "
