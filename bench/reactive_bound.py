@@ -1,19 +1,20 @@
-"""What a controller that knows the present exactly, but not the future, can reach: a bound on the
-oracle's bar for any controller that reacts.
+"""What a simple reactor reaches: the oracle's per-minute need followed without foreknowledge, a
+bound on the oracle's bar for that family of reactors (not for every controller).
 
 The oracle (docs/interfaces.md) starts each group one start-up time *before* a stretch of minutes
-that needs it. This replays the same per-minute need with the start at the stretch's first minute
-instead (no foreknowledge, no signal delay, no estimate: the exact busiest moment of the minute,
-known at its start, which no live controller has), and each group drained only after H minutes
-without need (stretches closer than H merged), with S spare groups above the need (0 or 1). For each H it reports node-hours against the
-oracle's and SLO attainment against always-on's, all on the same arrivals with the real replay.
+that needs it. This replays the same per-minute need (the busiest moment of each minute with
+unlimited slots, in whole groups, known at the minute's start) with the start at the stretch's
+first minute instead, and each group drained only after H minutes without need (stretches at most
+H apart merged), with S spare groups above the need (0 or 1). For each (H, S) it reports node-hours
+against the oracle's and SLO attainment against always-on's, on the same arrivals with the real
+replay. The replay drains only ready groups: a drain planned while its group is still starting
+(H under a start-up) is ignored, so short holds cost more than the schedule says.
 
     nice -n 5 .venv/bin/python bench/reactive_bound.py --only servegen-m-small,servegen-m-mid \
-        --seeds 0 --pu 0.35,0.5,0.7 [--ceiling 5] [--holds 0,15,60,240,1440]
+        --seeds 0 --pu 0.35,0.5,0.7 [--ceiling 5] [--holds 0,15,60,240,1440] [--spares 0,1]
 
-If no H keeps the SLO within 0.5 pp of always-on at node-hours within 1.10 x the oracle's, no
-controller that only reacts (however fast, however exact) meets that cell's targets: it takes
-knowing when the need comes.
+If no (H, S) keeps the SLO within 0.5 pp of always-on at node-hours within 1.10 x the oracle's,
+no reactor of this family meets that cell's targets, even tuned for the cell after the fact.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from autoscaler.sim.controllers import OracleController, StaticController, oracl
 
 class ReactiveController:
     """Group k starts at the first minute of each stretch that needs k groups (ready a start-up
-    later) and drains ``hold_min`` minutes after the stretch ends; stretches closer than that merge.
+    later) and drains ``hold_min`` minutes after the stretch ends; stretches at most that far apart merge.
     ``spare`` groups more than the minute needs (within the ceiling) are kept on throughout."""
 
     uses_signals = False

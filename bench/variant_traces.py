@@ -15,8 +15,9 @@ Writes one folder per variant:
 - ``servegen-m-mix``: every client of m-small and of m-mid together (both 14 days from the same
   start): a site twice as large in clients, whose bursts come from both;
 - ``azure-2023-conv-reversed``, ``mooncake-fast25-conversation-reversed``: the one-hour traces
-  played backwards (``csv``: arrival t -> span - t, sizes and sessions kept): the same bursts met
-  in the other order, so a cold start sees other first minutes.
+  played backwards (``csv``: arrival t -> span - t, sizes and sessions kept; Mooncake's
+  ``hash_ids`` are not, so its cache model falls back to sessions): the same bursts met in the
+  other order, so a cold start sees other first minutes.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ def reverse(path: Path, out: Path) -> int:
     with open(out, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["timestamp_s", "input_tokens", "output_tokens", "session_id"])
+        # -1 is "no session" in a Trace; the csv loader reads any value as a session key, so none is written
+        sessions = ["" if k < 0 else k for k in tr.session[order].tolist()]
         w.writerows(zip(np.round(t, 3).tolist(), tr.input_tokens[order].tolist(),
-                        tr.output_tokens[order].tolist(), tr.session[order].tolist()))
+                        tr.output_tokens[order].tolist(), sessions))
     return len(t)
 
 
