@@ -54,3 +54,10 @@ def test_the_reactor_hands_out_its_actions_on_time(reactor) -> None:
     assert c.tick(1000.0 + 179.0, None, None) == ([], [])
     assert c.tick(1000.0 + 180.0, None, None) == ([], ["g3"])
     assert c.tick(1000.0 + 420.0, None, None) == (["g2"], ["g2"])  # the drain at 360 and the start at 420
+
+
+def test_a_drain_in_the_last_minute_is_kept_and_a_spare_beyond_the_ceiling_changes_nothing(reactor) -> None:
+    # a hold of 5 merges g2's stretches into minutes 0-7: drained at 8 + 5 = 13, the trace's last minute
+    assert reactor(5).actions == [(1000.0 + 360.0, "drain", "g3"), (1000.0 + 780.0, "drain", "g2")]
+    # two spares: every minute needs at least 3 groups, the ceiling: all stay on, nothing is started or drained
+    assert reactor(2, spare=2).actions == []
