@@ -44,7 +44,7 @@ def make_policy(n_groups: int = 3, **sections: Any) -> Policy:
         # They also start measured: the cold start's hold (scale_down.min_measured_rises, default 30) is
         # tested on its own (test_core_numbers.py), with the default.
         "scaling": {"target_utilization": 0.7, "scale_down": {"min_measured_rises": 0}},
-        # and with a budget of 1% (the shipped 0.75% is checked against the model's default in
+        # and with a budget of 1% (the shipped 0.5% is checked against the model's default in
         # test_policy.py), so that the burn's worked examples stay in round numbers.
         "slo": {"capacity_miss_budget_pct": 1.0},
         # Most tests isolate one rule; the forecast is tested on its own and switched on there.
