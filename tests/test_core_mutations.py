@@ -359,6 +359,7 @@ def test_the_risk_memory_survives_to_dict_and_the_snapshot_loader():
         _, mem = decide(signals(at=now, g1=(load, 0, 0.2), g2=(1, 0, 0.1)), fleet("ready", "ready", "off"),
                         policy, mem, now)
     now = T0 + 15 * 480
+    mem = mem.with_(budget_burn=(12.5, 3000.0, now - 15), budget_burn_long=(40.0, 9000.0, now - 15))
     snap = signals(at=now, g1=(2, 0, 0.2), g2=(1, 0, 0.1))
     data = json.loads(json.dumps({"at": "2026-01-05T11:00:00Z", "signals": snap.to_dict(),
                                   "fleet": {"groups": {"g1": {"phase": "ready", "since": "2026-01-05T07:00:00Z"},
@@ -368,6 +369,7 @@ def test_the_risk_memory_survives_to_dict_and_the_snapshot_loader():
     for name in ("minute_now", "minute_max", "rise_log", "rises_sorted", "seasonal_skill", "startup_durations_s"):
         assert getattr(loaded, name) == getattr(mem, name), name
     assert loaded.budget_burn == mem.budget_burn or loaded.budget_burn[:2] == pytest.approx(mem.budget_burn[:2])
+    assert loaded.budget_burn_long == mem.budget_burn_long
     assert len(mem.rise_log) > 60
     f = fleet("ready", "ready", "off", sinces={"g1": T0 - 14400, "g2": T0 - 14400})
     a, _ = decide(snap, f, policy, mem, now)

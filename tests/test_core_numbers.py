@@ -19,9 +19,11 @@ from autoscaler.core.bounds import effective_bounds
 from autoscaler.core.forecast import lead_time_s, record_demand, record_startup
 from autoscaler.core.risk import (
     BURN_HALF_LIFE_S,
+    BURN_LONG_HALF_LIFE_MINUTES,
     SKILL_HALF_LIFE_SLOTS,
     burn_changes,
     burn_rate,
+    burn_rates,
     exceed_probability,
     lead_minutes,
     record_minute,
@@ -242,8 +244,8 @@ def test_the_burn_halves_in_six_hours():
     # both are halved: 50 in 5,000 (the burn itself stays (50 + 10) / (5,000 + 1,000) / 1% = 1.0);
     # three hours later, 1 / sqrt(2) of them.
     assert BURN_HALF_LIFE_S == 21600.0
-    mem = Memory(budget_burn=(100.0, 10_000.0, T0))
-    assert burn_changes(mem, P, T0 + 21600, 0.0, 0.0, None) == {"budget_burn": (50.0, 5000.0, T0 + 21600)}
+    mem = Memory(budget_burn=(100.0, 10_000.0, T0), budget_burn_long=(100.0, 10_000.0, T0))
+    assert burn_changes(mem, P, T0 + 21600, 0.0, 0.0, None)["budget_burn"] == (50.0, 5000.0, T0 + 21600)
     m, a, _ = burn_changes(mem, P, T0 + 10800, 0.0, 0.0, None)["budget_burn"]
     assert (m, a) == (pytest.approx(100 / math.sqrt(2)), pytest.approx(10_000 / math.sqrt(2)))
     assert burn_rate(Memory(budget_burn=(50.0, 5000.0, T0)), P) == pytest.approx(1.0)
@@ -563,8 +565,11 @@ def test_a_longer_minute_starts_the_minute_history_afresh():
 def test_the_burn_half_life_is_360_of_the_cores_minutes():
     # minute_s 2: 360 x 2 = 720 s halves 100 misses in 10,000 arrivals (at 60 s it takes six hours).
     policy = make_policy(forecast={"minute_s": 2}, scaling={"tick_interval_s": 1})
-    mem = Memory(budget_burn=(100.0, 10_000.0, T0))
-    assert burn_changes(mem, policy, T0 + 720, 0.0, 0.0, None) == {"budget_burn": (50.0, 5000.0, T0 + 720)}
+    mem = Memory(budget_burn=(100.0, 10_000.0, T0), budget_burn_long=(100.0, 10_000.0, T0))
+    out = burn_changes(mem, policy, T0 + 720, 0.0, 0.0, None)
+    assert out["budget_burn"] == (50.0, 5000.0, T0 + 720)
+    # and the three days' 4,320 x 2 = 8,640 s: 720 s of it is 1/12 of a half-life
+    assert out["budget_burn_long"][:2] == pytest.approx((100.0 * 0.5 ** (1 / 12), 10_000.0 * 0.5 ** (1 / 12)))
 
 
 def test_a_minute_shorter_than_a_tick_is_refused():
@@ -595,6 +600,58 @@ def test_a_drain_waits_for_thirty_measured_rises(measured, drains):
 def _burning(burn: float) -> Memory:
     """SETTLED with a burn of ``burn`` at budget 1%: (m + 10) / (99,000 + 1,000) / 1% = burn."""
     return SETTLED.with_(budget_burn=(burn * 1000.0 - 10.0, 99_000.0, T0))
+
+
+def test_the_long_burn_halves_in_three_days_and_counts_the_same_misses():
+    # 100 misses in 10,000 arrivals in both memories; three days (4,320 minutes of 60 s) later,
+    # with nothing arriving, the long one is halved and the six hours' one is 2^-12 of itself.
+    # A tick's misses and arrivals go into both: queued 3 at 2 requests/s is a 1.5 s wait against
+    # the 3 s target, half the tick's 30 arrivals.
+    assert BURN_LONG_HALF_LIFE_MINUTES == 4320.0
+    mem = Memory(budget_burn=(100.0, 10_000.0, T0), budget_burn_long=(100.0, 10_000.0, T0))
+    out = burn_changes(mem, P, T0 + 3 * 86400, 0.0, 0.0, None)
+    assert out["budget_burn_long"] == (50.0, 5000.0, T0 + 3 * 86400)
+    assert out["budget_burn"][:2] == pytest.approx((100.0 / 4096, 10_000.0 / 4096))
+    tick = burn_changes(Memory(), P, T0, 2.0, 3.0, 4.0)
+    assert tick["budget_burn"] == tick["budget_burn_long"] == (15.0, 30.0, T0)
+    # Memory saved before the long burn was kept: it starts from this tick, the short one goes on.
+    old = burn_changes(Memory(budget_burn=(100.0, 10_000.0, T0)), P, T0 + 15, 2.0, 3.0, 4.0)
+    assert old["budget_burn_long"] == (15.0, 30.0, T0 + 15)
+
+
+def test_the_burn_is_the_higher_of_six_hours_and_three_days():
+    # Budget 1% (prior 10 misses in 1,000 arrivals). Six hours: 0 misses in 9,000 arrivals ->
+    # 10 / 10,000 / 1% = 0.1. Three days: 1,190 misses in 79,000 -> 1,200 / 80,000 / 1% = 1.5.
+    mem = Memory(budget_burn=(0.0, 9_000.0, T0), budget_burn_long=(1190.0, 79_000.0, T0))
+    assert burn_rates(mem, P) == (pytest.approx(0.1), pytest.approx(1.5))
+    assert burn_rate(mem, P) == pytest.approx(1.5)
+    assert burn_rate(mem.with_(budget_burn_long=None), P) == pytest.approx(0.1)
+    assert burn_rate(mem.with_(budget_burn=None), P) == pytest.approx(1.5)
+    # the other way round, the six hours' counts
+    assert burn_rate(Memory(budget_burn=(1190.0, 79_000.0, T0), budget_burn_long=(0.0, 9_000.0, T0)),
+                     P) == pytest.approx(1.5)
+
+
+def test_a_budget_overspent_over_days_starts_a_group_the_six_hours_would_not():
+    # The worked example of a burning budget (demand 6 on 2 ready groups at 4.2 a group), with the
+    # six hours unspent (burn 0.1) and the three days burning 1.5x: a group counts for 2.8 and
+    # ceil(6 / 2.8) = 3 start g3 before anything queues; with the six hours alone, 2 are enough.
+    load = signals(g1=(3, 0, 0.5), g2=(3, 0, 0.5))
+    two = fleet("ready", "ready", "off")
+    calm = SETTLED.with_(budget_burn=(0.0, 9_000.0, T0))
+    d, _ = decide(load, two, P, calm, T0)
+    assert (d.action, d.inputs["headroom"], d.inputs["budget_burn_long"]) == (Action.HOLD, 1.0, None), d.detail
+    d, _ = decide(load, two, P, calm.with_(budget_burn_long=(1190.0, 79_000.0, T0)), T0)
+    assert (d.action, d.reason, d.target_groups) == (Action.SCALE_UP, Reason.UTILIZATION_HIGH, 3), d.detail
+    assert (d.inputs["budget_burn"], d.inputs["budget_burn_long"], d.inputs["headroom"]) == (1.5, 1.5, 1.5)
+
+
+def test_a_drain_charges_its_session_moves_to_both_burns():
+    from autoscaler.core.risk import charged_burn
+
+    mem = Memory(budget_burn=(10.0, 1000.0, T0), budget_burn_long=(40.0, 9000.0, T0 - 60))
+    assert charged_burn(mem, 50.0, T0 + 15) == {"budget_burn": (60.0, 1000.0, T0), "budget_burn_long": (90.0, 9000.0, T0 - 60)}
+    assert charged_burn(Memory(), 50.0, T0) == {"budget_burn": (50.0, 0.0, T0), "budget_burn_long": (50.0, 0.0, T0)}
 
 
 def test_headroom_is_the_burn_between_one_and_twice():

@@ -10,7 +10,8 @@ Format (README, "Ask the core offline"); every time is ISO 8601, UTC without a z
      "memory": {"last_scale_up_at": null, "surplus_since": null, "disruptions": [],
                 "startup_durations_s": [], "demand_samples": [], "demand_by_slot": {},
                 "minute_now": null, "minute_max": [], "rise_log": [], "rise_tail": [], "tick_window": [],
-                "tick_rises": [], "seasonal_skill": null, "budget_burn": null}}
+                "tick_rises": [], "seasonal_skill": null, "budget_burn": null,
+                "budget_burn_long": null}}
 
 ``signals`` may be the output of ``autoscaler signals --json`` as it is. Groups missing from
 ``fleet.groups`` are off. ``memory`` may be omitted (a fresh controller).
@@ -269,12 +270,17 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         # Memory saved before the busiest tick was kept: the minute's mean stands in for it.
         peak = required_number(raw[3], "memory.minute_now[3]") if len(raw) == 4 else total / raw[2]
         minute_now = (raw[0], total, raw[2], peak)
-    burn = mem.get("budget_burn")
-    if burn is not None:
+    def burn_of(key: str) -> tuple[float, float, float] | None:
+        burn = mem.get(key)
+        if burn is None:
+            return None
         if not isinstance(burn, list) or len(burn) != 3:
-            raise r.fail("memory.budget_burn", f"{burn!r} is not [misses, arrivals, time]")
-        burn = (required_number(burn[0], "memory.budget_burn[0]"), required_number(burn[1], "memory.budget_burn[1]"),
-                r.time(burn[2], "memory.budget_burn[2]"))
+            raise r.fail(f"memory.{key}", f"{burn!r} is not [misses, arrivals, time]")
+        return (required_number(burn[0], f"memory.{key}[0]"), required_number(burn[1], f"memory.{key}[1]"),
+                r.time(burn[2], f"memory.{key}[2]"))
+
+    burn = burn_of("budget_burn")
+    burn_long = burn_of("budget_burn_long")  # absent from memory saved before it was kept: None
     over_share = mem.get("over_share")
     if over_share is not None:
         if not isinstance(over_share, list) or len(over_share) != 3:
@@ -310,6 +316,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         tick_rises=tick_rises(),
         seasonal_skill=skill,  # type: ignore[arg-type]
         budget_burn=burn,
+        budget_burn_long=burn_long,
         over_share=over_share,
         drain_watch=watch,
         session_moves=moves,

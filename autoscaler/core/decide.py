@@ -43,6 +43,7 @@ from autoscaler.core.risk import (
     allowed_risk,
     burn_changes,
     burn_rate,
+    burn_rates,
     charged_burn,
     evidence_floor,
     evidence_minutes,
@@ -210,6 +211,7 @@ class _Tick:
             "requests_per_group_at_target": round(self.per_group, 4),
             "headroom": round(self.headroom, 4),
             "budget_burn": None if self.burn is None else round(self.burn, 4),
+            "budget_burn_long": None if (long := burn_rates(self.memory, self.policy)[1]) is None else round(long, 4),
             "capacity_at_target": round(self.active * self.per_group, 4),
             "ttft_p99_s": fleet.ttft_p99_s,
             "queue_wait_p99_s": fleet.queue_wait_p99_s,
@@ -289,7 +291,7 @@ def _drain(t: _Tick, victim: str, reason: Reason, detail: str, **extra: Any):
     watch = open_drain_watch(t.memory, t.now)
     charged = watch.pop("_charged", 0.0)
     if charged:
-        watch["budget_burn"] = charged_burn(t.memory, charged, t.now)
+        watch.update(charged_burn(t.memory, charged, t.now))
     memory = t.memory.with_(surplus_since=None, disruptions=t.memory.disruptions + (t.now,), **watch)
     return decision, memory
 
@@ -506,7 +508,7 @@ def _burn_after_drain(t: _Tick) -> float | None:
     moved = 0.0 if watch is None else watch_misses(watch)
     if moved <= 0:
         return t.burn
-    return burn_rate(t.memory.with_(budget_burn=charged_burn(t.memory, moved, t.now)), t.policy)
+    return burn_rate(t.memory.with_(**charged_burn(t.memory, moved, t.now)), t.policy)
 
 
 def _headroom_note(t: _Tick) -> str:

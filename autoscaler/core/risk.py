@@ -92,6 +92,10 @@ PEAK_WEIGHT = 0.5
 SKILL_HALF_LIFE_SLOTS = 288.0  # one day of 5-minute slots
 BURN_HALF_LIFE_MINUTES = 360.0  # six hours at the default minute
 BURN_HALF_LIFE_S = BURN_HALF_LIFE_MINUTES * MINUTE_S
+# The same misses and arrivals over a longer memory: three days at the default minute (the slowest
+# of the SRE workbook's burn-rate windows). Six hours forget each burst before the next; a budget
+# spent a burst at a time over days shows here (``burn_rate``: the higher of the two counts).
+BURN_LONG_HALF_LIFE_MINUTES = 4320.0
 MAX_BOLDNESS = 2.0  # an unspent budget allows 2 x its risk, a burning one half (4 x lost the SLO at eight groups)
 BURN_PRIOR_MISSES = 10.0  # the burn's prior: this many misses, in as many arrivals as spend them at the budget
 SEASONAL_WINDOW_SLOTS = 6  # +-30 minutes around this time of day on each earlier day
@@ -588,15 +592,17 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
     misses = arrivals * share if (slow and below_ceiling) else 0.0
     out = session_move_changes(memory, policy, now, arrivals, over_target, slow)
     misses += out.pop("_charged", 0.0)
-    prev = memory.budget_burn
-    if prev is None:
-        out["budget_burn"] = (misses, arrivals, now)
-        return out
-    m, a, t = prev
-    decay = 0.5 ** (max(0.0, now - t) / (BURN_HALF_LIFE_MINUTES * policy.forecast.minute_s))
-    if misses == 0 and arrivals == 0 and decay == 1.0:
-        return out
-    out["budget_burn"] = (m * decay + misses, a * decay + arrivals, now)
+    minute = policy.forecast.minute_s
+    for key, half_life in (("budget_burn", BURN_HALF_LIFE_MINUTES), ("budget_burn_long", BURN_LONG_HALF_LIFE_MINUTES)):
+        prev = getattr(memory, key)
+        if prev is None:
+            out[key] = (misses, arrivals, now)
+            continue
+        m, a, t = prev
+        decay = 0.5 ** (max(0.0, now - t) / (half_life * minute))
+        if misses == 0 and arrivals == 0 and decay == 1.0:
+            continue
+        out[key] = (m * decay + misses, a * decay + arrivals, now)
     return out
 
 
@@ -653,10 +659,14 @@ def watch_misses(watch: tuple[float, float, float, float]) -> float:
     return max(0.0, over - seen * base - SESSION_NOISE_Z * sd)
 
 
-def charged_burn(memory: Memory, misses: float, now: float) -> tuple[float, float, float]:
-    """The burn with ``misses`` more (a drain's closed watch, charged at the drain that closed it)."""
-    b = memory.budget_burn
-    return (misses, 0.0, now) if b is None else (b[0] + misses, b[1], b[2])
+def charged_burn(memory: Memory, misses: float, now: float) -> dict[str, tuple[float, float, float]]:
+    """Both burns with ``misses`` more (a drain's closed watch, charged at the drain that closed it),
+    as the memory's fields."""
+    out = {}
+    for key in ("budget_burn", "budget_burn_long"):
+        b = getattr(memory, key)
+        out[key] = (misses, 0.0, now) if b is None else (b[0] + misses, b[1], b[2])
+    return out
 
 
 def open_drain_watch(memory: Memory, now: float) -> dict:
@@ -672,12 +682,23 @@ def open_drain_watch(memory: Memory, now: float) -> dict:
 
 def burn_rate(memory: Memory, policy: Policy) -> float | None:
     """Recent capacity misses as a multiple of the budget (1.0: spending exactly the budget), with
-    the prior: budget 1%, 20 misses in 1,000 arrivals -> (20 + 10) / (1,000 + 1,000) = 1.5%: 1.5."""
-    b = memory.budget_burn
-    if b is None or b[1] <= 0:
-        return None
+    the prior: budget 1%, 20 misses in 1,000 arrivals -> (20 + 10) / (1,000 + 1,000) = 1.5%: 1.5.
+    The higher of the six hours' and the three days' (``BURN_LONG_HALF_LIFE_MINUTES``): a budget
+    overspent a burst at a time over days keeps the core careful after each burst's six hours."""
+    short, long = burn_rates(memory, policy)
+    if short is None:
+        return long
+    return short if long is None or long <= short else long
+
+
+def burn_rates(memory: Memory, policy: Policy) -> tuple[float | None, float | None]:
+    """(the six hours' burn, the three days'), each with the prior; None where nothing is counted."""
     budget = policy.slo.capacity_miss_budget_pct / 100.0
-    return ((b[0] + BURN_PRIOR_MISSES) / (b[1] + BURN_PRIOR_MISSES / budget)) / budget
+    out: list[float | None] = []
+    for b in (memory.budget_burn, memory.budget_burn_long):
+        out.append(None if b is None or b[1] <= 0 else
+                   ((b[0] + BURN_PRIOR_MISSES) / (b[1] + BURN_PRIOR_MISSES / budget)) / budget)
+    return out[0], out[1]
 
 
 def headroom(burn: float | None) -> float:

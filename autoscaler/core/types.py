@@ -215,8 +215,10 @@ class Memory:
     # How well the seasonal forecast predicted recently: (mean abs error of the seasonal prediction,
     # of persistence), exponentially weighted; None until measured (the seasonal part is then unused).
     seasonal_skill: tuple[float, float] | None = None
-    # The error budget's burn: (estimated capacity misses, arrivals, at), exponentially weighted.
+    # The error budget's burn: (estimated capacity misses, arrivals, at), exponentially weighted
+    # over six hours, and the same over three days (core/risk.py, ``burn_rate``: the higher counts).
     budget_burn: tuple[float, float, float] | None = None
+    budget_burn_long: tuple[float, float, float] | None = None
     # Drains that move sessions (core/risk.py, ``session_move_changes``): the share of first tokens
     # over the TTFT target, (over-target first tokens, first tokens, at), exponentially weighted (the
     # baseline a drain is judged against); the watch after the last drain, (drain time, baseline
@@ -273,6 +275,8 @@ class Memory:
             "seasonal_skill": None if self.seasonal_skill is None else list(self.seasonal_skill),
             "budget_burn": None if self.budget_burn is None else [self.budget_burn[0], self.budget_burn[1],
                                                                   iso(self.budget_burn[2])],
+            "budget_burn_long": None if self.budget_burn_long is None else [
+                self.budget_burn_long[0], self.budget_burn_long[1], iso(self.budget_burn_long[2])],
             "over_share": None if self.over_share is None else [self.over_share[0], self.over_share[1],
                                                                 iso(self.over_share[2])],
             "drain_watch": None if self.drain_watch is None else [iso(self.drain_watch[0]), *self.drain_watch[1:]],
