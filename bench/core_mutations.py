@@ -185,10 +185,10 @@ M = [
  ("autoscaler/adapters/snapshot_file.py", "if out and v[0] <= out[-1][0]:", "if False:", f"{W}::test_the_tail_round_trips_through_a_snapshot_and_rejects_a_bad_one"),
  # the three days' burn (tests/test_core_numbers.py): its half-life, counted at each tick, charged at a drain, the higher of the two
  ("autoscaler/core/risk.py", "BURN_LONG_HALF_LIFE_MINUTES = 4320.0", "BURN_LONG_HALF_LIFE_MINUTES = 360.0", f"{N}::test_the_long_burn_halves_in_three_days_and_counts_the_same_misses"),
- ("autoscaler/core/risk.py", '(("budget_burn", BURN_HALF_LIFE_MINUTES), ("budget_burn_long", BURN_LONG_HALF_LIFE_MINUTES))', '(("budget_burn", BURN_HALF_LIFE_MINUTES),)', f"{N}::test_the_long_burn_halves_in_three_days_and_counts_the_same_misses"),
+ ("autoscaler/core/risk.py", '            out["budget_burn_long"] = (m * decay + misses, a * decay + arrivals, now)', '            pass', f"{N}::test_the_long_burn_halves_in_three_days_and_counts_the_same_misses"),
  ("autoscaler/core/risk.py", "    for key in (\"budget_burn\", \"budget_burn_long\"):\n        b = getattr(memory, key)\n        out[key] = (misses", "    for key in (\"budget_burn\",):\n        b = getattr(memory, key)\n        out[key] = (misses", f"{N}::test_a_drain_charges_its_session_moves_to_both_burns"),
- ("autoscaler/core/risk.py", "    return short if long is None or long <= short else long", "    return short", f"{N}::test_a_budget_overspent_over_days_starts_a_group_the_six_hours_would_not"),
- ("autoscaler/core/risk.py", "    return short if long is None or long <= short else long", "    return short if long is None else long", f"{N}::test_the_burn_is_the_higher_of_six_hours_and_three_days"),
+ ("autoscaler/core/risk.py", "    return long if short is None or long > short else short", "    return short", f"{N}::test_a_budget_overspent_over_days_starts_a_group_the_six_hours_would_not"),
+ ("autoscaler/core/risk.py", "    return long if short is None or long > short else short", "    return long", f"{N}::test_the_burn_is_the_higher_of_six_hours_and_three_days"),
 ]
 only = sys.argv[1] if len(sys.argv) > 1 else ""
 bad = 0
