@@ -51,7 +51,7 @@ M = [
  ("autoscaler/core/decide.py", "queued / ready > up.queued_per_group_above", "queued / ready >= up.queued_per_group_above", "test_queue_trigger_is_strictly_above_the_limit"),
  ("autoscaler/core/decide.py", "disruptions=t.memory.disruptions + tuple(t.now for n in names if n not in reclaimed)", "disruptions=t.memory.disruptions", "test_scale_ups_count_against_the_disruption_budget"),
  ("autoscaler/core/bounds.py", "if w.floor_groups is not None and w.floor_groups > floor:", "if w.floor_groups is not None:", "test_overlapping_windows_take_the_highest_floor"),
- ("autoscaler/core/decide.py", "fits = util_after < down.utilization_below", "fits = util_after <= down.utilization_below", "test_scale_down_threshold_is_strict"),
+ ("autoscaler/core/decide.py", "fits = util_after * room < down.utilization_below", "fits = util_after * room <= down.utilization_below", "test_scale_down_threshold_is_strict"),
  ("autoscaler/core/decide.py", "t.now - g.since >= down.min_group_uptime_s", "t.now - g.since > down.min_group_uptime_s", "test_min_uptime_is_inclusive"),
  ("autoscaler/core/forecast.py", "[-MAX_STARTUP_SAMPLES:]", "", "test_startup_samples_keep_the_last_twenty"),
  ("autoscaler/core/forecast.py", "while drop < len(samples) and samples[drop][0] <= cutoff:", "while False:", "test_trend_window_is_pruned"),
@@ -143,7 +143,7 @@ M = [
  ("autoscaler/core/risk.py", "minute = int(now // minute_s)", "minute = int(now // MINUTE_S)", f"{N}::test_a_compressed_minute_measures_rises_at_its_own_scale"),
  ("autoscaler/core/decide.py", "changes.update(minute_changes(memory, now, self.demand, self.risk_horizon, policy.forecast.minute_s))", "changes.update(minute_changes(memory, now, self.demand, self.risk_horizon))", "test_core_scenarios.py::test_a_compressed_minute_is_the_policys_own"),
  ("autoscaler/core/risk.py", "if cur is not None and minute < cur[0]:", "if False:", f"{N}::test_a_longer_minute_starts_the_minute_history_afresh"),
- ("autoscaler/core/risk.py", "(BURN_HALF_LIFE_MINUTES * policy.forecast.minute_s)", "BURN_HALF_LIFE_S", f"{N}::test_the_burn_half_life_is_360_of_the_cores_minutes"),
+ ("autoscaler/core/risk.py", "(BURN_HALF_LIFE_MINUTES * minute)", "BURN_HALF_LIFE_S", f"{N}::test_the_burn_half_life_is_360_of_the_cores_minutes"),
  # the cold start: no drain on the prior alone (issue 18)
  ("autoscaler/core/decide.py", "if risk.samples < need:", "if False:", f"{N}::test_a_drain_waits_for_thirty_measured_rises"),
  ("autoscaler/core/decide.py", "if risk.samples < need:", "if risk.samples < need - 1:", f"{N}::test_a_drain_waits_for_thirty_measured_rises"),

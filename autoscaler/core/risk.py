@@ -511,12 +511,13 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
         if stop_above is not None and n >= PRIOR_RISES and resolution == "minute":
             # Only "above stop_above?" matters: stop counting once over / n says so (the share
             # returned is then a lower bound that is already above it, and decides the same).
-            limit, over = stop_above * n, 0
+            # (the same test as the early return below, so a count cut short always returns there)
+            over = 0
             for i in range(first, n):
                 _, b, top = reach[i]
                 if level + (top - b) > capacity:
                     over += 1
-                    if over > limit:
+                    if over / n > stop_above:
                         break
         else:
             over = sum(1 for _, b, top in reach[first:] if level + (top - b) > capacity)
