@@ -47,7 +47,7 @@ def link_clients(files: list[Path], folder: Path) -> None:
 
 def reverse(path: Path, out: Path) -> int:
     tr = load_trace(str(path))
-    t0, t1 = tr.span_s
+    t1 = tr.span_s[1]
     order = np.argsort(t1 - tr.t_s, kind="stable")
     t = (t1 - tr.t_s)[order]
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -605,24 +605,26 @@ def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: flo
     out = session_move_changes(memory, policy, now, arrivals, over_target, slow)
     misses += out.pop("_charged", 0.0)
     minute = policy.forecast.minute_s
-    # (the two memories written out: a loop over them costs the 14-day replay about 2%)
-    prev = memory.budget_burn
-    if prev is None:
-        out["budget_burn"] = (misses, arrivals, now)
-    else:
-        m, a, t = prev
-        decay = 0.5 ** (max(0.0, now - t) / (BURN_HALF_LIFE_MINUTES * minute))
-        if misses or arrivals or decay != 1.0:
-            out["budget_burn"] = (m * decay + misses, a * decay + arrivals, now)
-    prev = memory.budget_burn_long
-    if prev is None:
-        out["budget_burn_long"] = (misses, arrivals, now)
-    else:
-        m, a, t = prev
-        decay = 0.5 ** (max(0.0, now - t) / (BURN_LONG_HALF_LIFE_MINUTES * minute))
-        if misses or arrivals or decay != 1.0:
-            out["budget_burn_long"] = (m * decay + misses, a * decay + arrivals, now)
+    burn = _decayed(memory.budget_burn, misses, arrivals, now, BURN_HALF_LIFE_MINUTES * minute)
+    if burn is not None:
+        out["budget_burn"] = burn
+    burn = _decayed(memory.budget_burn_long, misses, arrivals, now, BURN_LONG_HALF_LIFE_MINUTES * minute)
+    if burn is not None:
+        out["budget_burn_long"] = burn
     return out
+
+
+def _decayed(prev: tuple[float, float, float] | None, misses: float, arrivals: float, now: float,
+             half_life_s: float) -> tuple[float, float, float] | None:
+    """One burn's (misses, arrivals, at) decayed to ``now`` with this tick's added; None when
+    nothing changes (nothing new, and no time passed or the clock stepped back)."""
+    if prev is None:
+        return (misses, arrivals, now)
+    m, a, t = prev
+    decay = 0.5 ** (max(0.0, now - t) / half_life_s)
+    if not misses and not arrivals and decay == 1.0:
+        return None
+    return (m * decay + misses, a * decay + arrivals, now)
 
 
 def session_move_changes(memory: Memory, policy: Policy, now: float, arrivals: float, over_target: float | None,
@@ -704,23 +706,23 @@ def burn_rate(memory: Memory, policy: Policy) -> float | None:
     the prior: budget 1%, 20 misses in 1,000 arrivals -> (20 + 10) / (1,000 + 1,000) = 1.5%: 1.5.
     The higher of the six hours' and the three days' (``BURN_LONG_HALF_LIFE_MINUTES``): a budget
     overspent a burst at a time over days keeps the core careful after each burst's six hours."""
-    budget = policy.slo.capacity_miss_budget_pct / 100.0
-    b, bl = memory.budget_burn, memory.budget_burn_long
-    short = None if b is None or b[1] <= 0 else ((b[0] + BURN_PRIOR_MISSES) / (b[1] + BURN_PRIOR_MISSES / budget)) / budget
-    if bl is None or bl[1] <= 0:
+    short, long = burn_rates(memory, policy)
+    if long is None:
         return short
-    long = ((bl[0] + BURN_PRIOR_MISSES) / (bl[1] + BURN_PRIOR_MISSES / budget)) / budget
     return long if short is None or long > short else short
 
 
 def burn_rates(memory: Memory, policy: Policy) -> tuple[float | None, float | None]:
     """(the six hours' burn, the three days'), each with the prior; None where nothing is counted."""
     budget = policy.slo.capacity_miss_budget_pct / 100.0
-    out: list[float | None] = []
-    for b in (memory.budget_burn, memory.budget_burn_long):
-        out.append(None if b is None or b[1] <= 0 else
-                   ((b[0] + BURN_PRIOR_MISSES) / (b[1] + BURN_PRIOR_MISSES / budget)) / budget)
-    return out[0], out[1]
+    return _rate(memory.budget_burn, budget), _rate(memory.budget_burn_long, budget)
+
+
+def _rate(b: tuple[float, float, float] | None, budget: float) -> float | None:
+    """One burn's misses per arrival, with the prior, as a multiple of ``budget`` (a fraction)."""
+    if b is None or b[1] <= 0:
+        return None
+    return ((b[0] + BURN_PRIOR_MISSES) / (b[1] + BURN_PRIOR_MISSES / budget)) / budget
 
 
 def headroom(burn: float | None) -> float:
