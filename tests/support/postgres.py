@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,9 +30,9 @@ READY_TIMEOUT_S = 30.0
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from tests.support.procs import free_port  # below the ephemeral range, claimed across the run
+
+    return free_port()
 
 
 def _as_owner(argv: list[str]) -> list[str]:
