@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from autoscaler.demo.ports import free_port
 from autoscaler.demo.runner import (
     SETTLE_AFTER_LOAD_S,
     DemoFleet,
@@ -19,7 +20,6 @@ from autoscaler.demo.runner import (
     build_plan,
     cost_report,
     demo_summary,
-    free_port,
     new_folder,
     smg_binary,
     write_policy,

@@ -30,12 +30,6 @@ PEAK_UTILIZATION = 0.85  # the busiest 5 minutes offer 85% of the 18 slots: past
 SETTLE_AFTER_LOAD_S = 110.0  # after the load: time for the drains back to the floor (run <= N + 2 min)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def smg_binary() -> str | None:
     beside = Path(sys.executable).with_name("smg")
     return str(beside) if beside.exists() else shutil.which("smg")

@@ -16,18 +16,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from autoscaler.demo.ports import free_port as _free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -50,52 +49,11 @@ def bad(p: subprocess.CompletedProcess, *needles: str) -> str:
     return p.stderr
 
 
-_PORTS_HANDED = Path(tempfile.gettempdir()) / "fleet-autoscaler-test-ports"
-_PORT_HOLD_S = 600
-
-
-def _ephemeral_low() -> int:
-    """The lowest port the kernel hands out for outgoing connections and port-0 binds."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago, for a child process to listen on.
-
-    Taken below the kernel's ephemeral range: a port from ``bind(0)`` is one the kernel also gives
-    any outgoing connection, so between the pick and the child's bind (seconds on a loaded machine)
-    another test's client could take it ("Address already in use", seen in CI). Below that range
-    only another explicit pick can, so each port is claimed (a marker file, shared by every test
-    process of the run) and not handed out again for ten minutes. Callers must still cope with losing
+    """A port that was free a moment ago, below the kernel's ephemeral range and claimed for ten
+    minutes across every test process (autoscaler/demo/ports.py). Callers must still cope with losing
     a race to something outside the tests: ``gateway`` retries on a new port."""
-    low = _ephemeral_low()
-    if low - 1025 >= 2000:
-        _PORTS_HANDED.mkdir(exist_ok=True)
-        bucket = int(time.time() // _PORT_HOLD_S)
-        for old in _PORTS_HANDED.iterdir():
-            if not old.suffix[1:].isdigit() or int(old.suffix[1:]) < bucket - 1:
-                with contextlib.suppress(OSError):
-                    old.unlink()  # claims older than the hold: the folder stays small across runs
-        for _ in range(500):
-            port = random.randrange(max(1025, low - 12000), low)
-            if (_PORTS_HANDED / f"{port}.{bucket - 1}").exists():
-                continue  # handed out less than twenty minutes ago
-            try:
-                os.close(os.open(_PORTS_HANDED / f"{port}.{bucket}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                continue  # handed out in this bucket
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    continue  # in use by something else
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return _free_port(host)
 
 
 class Proc:
