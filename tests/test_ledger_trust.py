@@ -333,3 +333,11 @@ def test_ledger_upgrade_creates_a_ledger_that_report_then_reads(tmp_path, capsys
     assert "at schema revision" in capsys.readouterr().err
     assert main(["report", "--db", url, *RANGE]) == 0
     assert "the report is empty" in capsys.readouterr().out
+
+
+def test_a_run_shorter_than_an_hour_is_not_shown_as_no_hours():
+    from autoscaler.ledger.report import _hours
+
+    # a three-minute demo run: 0.05 hours recorded, of 0.05 asked for (it read "0.0 hours" before)
+    assert _hours(Decimal("0.0501")) == "0.05"
+    assert (_hours(Decimal("48")), _hours(Decimal("1")), _hours(Decimal("0")), _hours(None)) == ("48.0", "1.0", "0.0", "n/a")

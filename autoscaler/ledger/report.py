@@ -477,7 +477,11 @@ def _pct(x: Fraction | Decimal | None) -> str:
 
 
 def _hours(x: Decimal | None) -> str:
-    return "n/a" if x is None else f"{x:,.1f}"
+    """Hours for the totals' note: 336.0; under an hour two decimals (a three-minute demo run is
+    0.05 hours, not 0.0)."""
+    if x is None:
+        return "n/a"
+    return f"{x:,.2f}" if 0 < x < 1 else f"{x:,.1f}"
 
 
 def empty_message(report: Report) -> str:
