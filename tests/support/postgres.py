@@ -25,14 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import free_port  # below the ephemeral range, claimed across the run
+
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 READY_TIMEOUT_S = 30.0
-
-
-def _free_port() -> int:
-    from tests.support.procs import free_port  # below the ephemeral range, claimed across the run
-
-    return free_port()
 
 
 def _as_owner(argv: list[str]) -> list[str]:
@@ -99,7 +95,7 @@ def start_server() -> PgServer:
     )
     last_error = None
     for _ in range(5):  # a port can be taken between choosing it and binding it: try another
-        port = _free_port()
+        port = free_port()
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 _as_owner([str(PG_BIN / "postgres"), "-D", str(data), "-k", str(folder), "-p", str(port),
