@@ -85,6 +85,7 @@ def signals(
     problems: tuple[Problem, ...] = (),
     ttft: float | None = None,
     queue_wait: float | None = None,
+    request_rate: float | None = None,
     **groups: tuple,
 ) -> SignalSnapshot:
     """signals(g1=(running, queued, kv), g2=(...)) -> a snapshot; fleet totals are the sums."""
@@ -95,6 +96,7 @@ def signals(
         queued=sum(g.queued for g in known) if known else None,
         ttft_p99_s=ttft,
         queue_wait_p99_s=queue_wait,
+        request_rate=request_rate,
     )
     return SignalSnapshot(at, gs, fleet_sig, problems)
 
