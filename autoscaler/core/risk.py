@@ -580,7 +580,7 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
         # TAIL_PER_HOUR highest rises: an hour in which more exceeded counts that many.
         z, u, last, tail_minutes = tail_view(memory, now, policy.scaling.scale_down.tail_within_h)
         at = int(z.searchsorted(z_at, side="right"))
-        over_tail = int(np.count_nonzero(level + u[at:] > capacity)) + sum(
+        over_tail = int(np.count_nonzero(u[at:] > capacity - level)) + sum(
             1 for _, base, reached in last[bisect_right(last, (z_at, math.inf, math.inf)):]
             if level + (reached - base) > capacity)
         week_minutes = n + tail_minutes
