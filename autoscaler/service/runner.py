@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -66,7 +67,8 @@ log = logging.getLogger("autoscaler.service")
 SHUTDOWN_BUDGET_S = 25.0  # SIGTERM -> exit 0 within 30 s
 CUT_AFTER_S = 18.0  # an act still running this long after SIGTERM is cut (its kill and record fit the rest)
 HTTP_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
-HTTP_MAX_CONNECTIONS = 32  # more at once are refused: an idle client never holds a thread for ever
+HTTP_MAX_CONNECTIONS = 32  # handler threads at once (BoundedHTTPServer: the slowest is dropped for a newcomer)
+HTTP_HEADER_DEADLINE_S = 5.0  # the whole request head (line and headers) within this, however it trickles
 WATCH_S = 2.0  # the policy file and new operator controls are looked at this often, whatever the tick interval
 COMPACT_EVERY_S = 3600.0  # fold old hold decisions once an hour ...
 COMPACT_OLDER_THAN_S = 7 * 86400.0  # ... when they are older than a week (a 15 s tick writes 5,760 a day)
@@ -692,7 +694,7 @@ class Service:
         host, _, port = self.settings.listen.rpartition(":")
         service = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(HeadDeadlineHandler):
             timeout = HTTP_TIMEOUT_S  # socket timeout: a client that sends nothing is dropped
 
             def log_message(self, *args) -> None:  # access logs off: one line per scrape is noise
@@ -821,27 +823,98 @@ class Service:
 
 
 class BoundedHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server with a cap on connections at once: one more is closed at once
-    (with each handler's socket timeout, an idle client cannot hold a thread for ever)."""
+    """A threading HTTP server that slow clients cannot fill (issue 34 item 10: 32 sockets each
+    sending a header line every 5 s kept ``/healthz`` at 503 for 40 s).
+
+    - **A whole-request-head deadline** (Go's ``ReadHeaderTimeout``): a connection that has not sent
+      its request line and every header within ``header_deadline_s`` of being accepted is shut
+      down by a reaper thread, however steadily it trickles bytes (the handler's socket timeout only
+      bounds the wait for *one* read).
+    - **Bounded concurrency** (``max_connections`` handler threads): when every slot is taken, the
+      connection that has been sending its head the longest is dropped to make room, so a client
+      that sends its request at once (a probe of ``/healthz``) is served; only when every slot
+      holds a complete request (answered from memory in milliseconds) is the newcomer refused
+      with 503 after a wait of at most ``SLOT_WAIT_S``.
+    """
 
     daemon_threads = True
+    SLOT_WAIT_S = 1.0
 
-    def __init__(self, *args, max_connections: int = HTTP_MAX_CONNECTIONS, **kwargs) -> None:
+    def __init__(self, *args, max_connections: int = HTTP_MAX_CONNECTIONS,
+                 header_deadline_s: float = HTTP_HEADER_DEADLINE_S, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._slots = threading.BoundedSemaphore(max_connections)
+        self.header_deadline_s = header_deadline_s
+        self._heads_lock = threading.Lock()
+        self._heads: dict[socket.socket, float] = {}  # connections still sending their head -> deadline (monotonic)
+        self._closed = threading.Event()
+        threading.Thread(target=self._reap, name="http-head-deadline", daemon=True).start()
+
+    def _reap(self) -> None:
+        while not self._closed.wait(min(0.25, self.header_deadline_s / 4)):
+            now = time.monotonic()
+            with self._heads_lock:
+                late = [sock for sock, deadline in self._heads.items() if deadline <= now]
+                for sock in late:
+                    del self._heads[sock]
+            for sock in late:
+                self._cut(sock)
+
+    @staticmethod
+    def _cut(sock: socket.socket) -> None:
+        """Shut the connection down: its handler's blocked read returns at once and the thread ends."""
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def head_done(self, sock: socket.socket) -> None:
+        """The handler has read the whole request head: the deadline no longer applies."""
+        with self._heads_lock:
+            self._heads.pop(sock, None)
 
     def process_request(self, request, client_address) -> None:
         if not self._slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
+            with self._heads_lock:
+                slowest = min(self._heads, key=self._heads.__getitem__, default=None)
+                if slowest is not None:
+                    del self._heads[slowest]
+            if slowest is not None:
+                self._cut(slowest)  # its thread ends and frees a slot
+            if slowest is None or not self._slots.acquire(timeout=self.SLOT_WAIT_S):
+                try:
+                    request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+                self.shutdown_request(request)
+                return
+        with self._heads_lock:
+            self._heads[request] = time.monotonic() + self.header_deadline_s
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.head_done(request)
+            self._slots.release()
+            raise
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self.head_done(request)
             self._slots.release()
+
+    def server_close(self) -> None:
+        self._closed.set()
+        super().server_close()
+
+
+class HeadDeadlineHandler(BaseHTTPRequestHandler):
+    """A handler that tells a ``BoundedHTTPServer`` when the request head is in (its deadline ends)."""
+
+    def parse_request(self) -> bool:
+        try:
+            return super().parse_request()  # reads the headers
+        finally:
+            if isinstance(self.server, BoundedHTTPServer):
+                self.server.head_done(self.connection)
