@@ -208,3 +208,45 @@ def test_slow_clients_never_fill_the_http_slots(tmp_path):
         # And no slow client held its connection much past the 5 s head deadline (the reaper's
         # granularity and a loaded machine: 12 s), though each kept sending within every timeout.
         assert len(held_for) == 40 and max(held_for) < 12, sorted(held_for)
+
+
+# ------------------------------------------------------------------------------ item 8
+
+
+def test_sqlite_a_removed_lock_file_never_gives_two_leaders(tmp_path):
+    # Issue 34 item 8: with the lock file removed under a running leader, a second instance locked a
+    # new file at the same path, and both reported leader=True (epochs 1 and 2).
+    import httpx
+
+    from tests.test_service import run_proc as advisory_run
+
+    policy = write_policy(tmp_path / "p.yaml", actuator={"kind": "advisory"})
+    db_file = tmp_path / "ledger.db"
+    db = f"sqlite:///{db_file}"
+    lock = Path(str(db_file) + ".lock")
+
+    def leads(url: str) -> bool:
+        try:
+            return bool(httpx.get(url + "/status", timeout=2).json()["leader"])
+        except httpx.HTTPError:
+            return False
+
+    first, url_a = advisory_run(tmp_path, policy, db, name="a")
+    with first:
+        wait_until(lambda: leads(url_a), 60, what="a leads", proc=first)
+        lock.unlink()
+        second, url_b = advisory_run(tmp_path, policy, db, name="b")  # at once, as in the report
+        with second:
+            both: list[float] = []
+            end = time.monotonic() + 40
+            while time.monotonic() < end and not (leads(url_b) and not first.alive()):
+                if leads(url_a) and leads(url_b):
+                    both.append(time.monotonic())
+                time.sleep(0.2)
+            assert not both, f"two leaders at once, {len(both)} samples"
+            assert leads(url_b) and lock.exists()
+            # a gave up its lock (its file was gone), said why, and exited 1 for its supervisor
+            assert first.wait(30) == 1
+            assert "was removed" in first.log(), first.log()[-2000:]
+            time.sleep(3)
+            assert leads(url_b) and second.alive()  # b keeps its lock: its file is the one at the path

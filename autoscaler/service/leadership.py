@@ -397,7 +397,26 @@ class SqliteFlock:
         self.state = LeaderState(False, 0, None, None)
 
     def leading(self) -> bool:
-        return self._fd is not None or (self.path is None and self._epoch > 0)
+        """Held, and the lock file at the path is still the one locked (checked at every call: two
+        syscalls). A lock file removed or replaced under a running leader would let a second
+        instance lock a new file at the same path and lead too (issue 34, item 8)."""
+        if self._fd is not None:
+            return self._same_file(self._fd) is None
+        return self.path is None and self._epoch > 0
+
+    def _same_file(self, fd: int) -> str | None:
+        """None when ``fd`` is the file at the lock's path; else what happened to the path."""
+        assert self.lock_path is not None
+        try:
+            held = os.fstat(fd)
+            now = os.stat(self.lock_path, follow_symlinks=False)
+        except FileNotFoundError:
+            return f"the lock file {self.lock_path} was removed"
+        except OSError as exc:
+            return f"the lock file {self.lock_path} cannot be checked: {exc.strerror or exc}"
+        if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+            return f"the lock file {self.lock_path} was replaced by another file"
+        return None
 
     @property
     def epoch(self) -> int:
@@ -423,7 +442,18 @@ class SqliteFlock:
         return self.state
 
     def try_acquire_or_renew(self) -> LeaderState:
-        """Held for the life of the process: True once acquired; a refusal gives leader False."""
+        """Held for the life of the process: True once acquired; a refusal gives leader False. A
+        lock whose file was removed or replaced is given up (the lock no longer keeps a second
+        instance out): leader False with the reason, and the service, having led, exits 1."""
+        if self._fd is not None:
+            lost = self._same_file(self._fd)
+            if lost is None:
+                return self.state
+            log.error("leadership: %s stops leading: %s (another instance could lock a new file there)",
+                      self.instance, lost)
+            self.release()
+            self.state = LeaderState(False, self._epoch, None, None, LeaseUnavailable(lost))
+            return self.state
         if self.leading():
             return self.state
         try:

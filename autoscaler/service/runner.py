@@ -344,8 +344,12 @@ class Service:
                 self._led, self._led_epoch = True, state.epoch
                 self._kick_tick()  # the controller is built by the next tick, at once
         elif self._led and self._deposed is None and not self._stop.is_set():
-            self._deposed = (f"lease held by {state.holder}" if state.holder and state.holder != self.instance
-                             else f"the lease could not be renewed within its deadline ({state.error or 'no answer'})")
+            if state.holder and state.holder != self.instance:
+                self._deposed = f"lease held by {state.holder}"
+            elif getattr(self.leadership, "exclusive", False):  # SQLite: the lock file was removed or replaced
+                self._deposed = f"the ledger's lock was given up ({state.error or 'lost'})"
+            else:
+                self._deposed = f"the lease could not be renewed within its deadline ({state.error or 'no answer'})"
             log.error("no longer leading (%s): the act in flight is cut; exiting so that the supervisor restarts "
                       "this instance as a standby", self._deposed)
             self._stop.set()
