@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
@@ -19,6 +20,7 @@ from autoscaler.service.runner import Service
 from autoscaler.settings import Settings
 from tests.support.fleet_script import calls
 from tests.support.live import write_policy
+from tests.support.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.support.procs import free_port, gateway, wait_until
 from tests.test_fenced_acts import command_policy, fleet_folder, kill_workers, run_proc, status
 
@@ -250,3 +252,87 @@ def test_sqlite_a_removed_lock_file_never_gives_two_leaders(tmp_path):
             assert "was removed" in first.log(), first.log()[-2000:]
             time.sleep(3)
             assert leads(url_b) and second.alive()  # b keeps its lock: its file is the one at the path
+
+
+# ------------------------------------------------------------------------------ item 6
+
+
+def test_postgres_a_stalled_candidate_never_locks_out_the_leader(pg_url):
+    # Issue 34 item 6: a standby's lease statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE) left
+    # uncommitted locked the lease row although its WHERE failed; the leader's renewals hit their
+    # statement timeout, it stopped leading, and nobody could lead until that transaction ended.
+    from autoscaler.ledger.schema import make_engine
+    from autoscaler.ledger.store import Ledger
+    from autoscaler.service import leadership
+    from autoscaler.service.leadership import PostgresLease
+
+    Ledger(pg_url).close()  # the schema
+    timing = {"lease_s": 6.0, "renew_deadline_s": 4.0, "retry_s": 1.0}
+    leader = PostgresLease(pg_url, "ctl-a", **timing)
+    standby = PostgresLease(pg_url, "ctl-b", **timing)
+    stalled_engine = make_engine(pg_url)
+    try:
+        first = leader.try_acquire_or_renew()
+        assert first.leader and first.epoch == 1
+        # The standby's own statements, with its parameters, in a transaction left open (a frozen
+        # standby). Not through its timeouts: a raw session that never sets them stalls for good.
+        stalled = stalled_engine.connect()
+        stalled.begin()
+        params = {"name": leadership.LEASE_NAME, "me": "ctl-b", "mine": -1, "renewing": False, "lease_s": 6.0}
+        assert stalled.execute(leadership._TAKE_OR_RENEW, params).first() is None  # held: not taken
+        stalled.execute(leadership._CREATE, params)  # the row exists: nothing
+        # The leader keeps renewing, each renewal fast, for longer than the lease (the report: it
+        # stopped leading at 11 s); the standby's next attempts are refused, not blocked.
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            state = leader.try_acquire_or_renew()
+            took = time.monotonic() - t0
+            assert state.leader and state.epoch == 1 and state.error is None, state
+            assert took < 2.0, f"a renewal took {took:.1f} s"
+            assert not standby.try_acquire_or_renew().leader
+            time.sleep(1.0)
+        assert leader.leading()
+        stalled.rollback()
+        stalled.close()
+    finally:
+        leader.close()
+        standby.close()
+        stalled_engine.dispose()
+
+
+def test_postgres_a_candidate_stalled_after_taking_the_row_is_ended_by_the_server(pg_url):
+    # The other half: a candidate that does take an expired lease and then freezes inside its
+    # transaction holds the row; its session's idle-in-transaction timeout (set by the lease's own
+    # transaction setup) ends it, the takeover is rolled back, and another candidate leads.
+    from sqlalchemy.exc import DBAPIError
+
+    from autoscaler.ledger.schema import make_engine
+    from autoscaler.ledger.store import Ledger
+    from autoscaler.service import leadership
+    from autoscaler.service.leadership import PostgresLease
+
+    Ledger(pg_url).close()
+    timing = {"lease_s": 6.0, "renew_deadline_s": 4.0, "retry_s": 1.0}
+    frozen = PostgresLease(pg_url, "ctl-frozen", **timing)
+    other = PostgresLease(pg_url, "ctl-c", **timing)
+    engine = make_engine(pg_url)
+    try:
+        stalled = engine.connect()
+        stalled.begin()
+        frozen.begin_lease_transaction(stalled)
+        params = {"name": leadership.LEASE_NAME, "me": "ctl-frozen", "mine": -1, "renewing": False, "lease_s": 6.0}
+        assert stalled.execute(leadership._TAKE_OR_RENEW, params).first() is not None \
+            or stalled.execute(leadership._CREATE, params).first() is not None  # taken (an empty ledger)
+        t0 = time.monotonic()
+        state = wait_until(lambda: (st := other.try_acquire_or_renew()).leader and st, 15,
+                           what="another candidate leads")
+        assert time.monotonic() - t0 < 8, "the stalled session held the row too long"
+        assert state.holder == "ctl-c"
+        with pytest.raises(DBAPIError):  # its session was ended by the server: the takeover rolled back
+            stalled.execute(text("SELECT 1"))
+        stalled.close()
+    finally:
+        frozen.close()
+        other.close()
+        engine.dispose()
