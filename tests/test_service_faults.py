@@ -7,15 +7,23 @@ gateway, PostgreSQL, sockets); each process is stopped by the test that started 
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
 
 from autoscaler.cli import main as cli
+from autoscaler.ledger.schema import make_engine
+from autoscaler.ledger.store import Ledger
 from autoscaler.policy.loader import load_policy
+from autoscaler.service import leadership
+from autoscaler.service.leadership import PostgresLease
 from autoscaler.service.runner import Service
 from autoscaler.settings import Settings
 from tests.support.fleet_script import calls
@@ -23,6 +31,7 @@ from tests.support.live import write_policy
 from tests.support.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.support.procs import free_port, gateway, wait_until
 from tests.test_fenced_acts import command_policy, fleet_folder, kill_workers, run_proc, status
+from tests.test_service import run_proc as advisory_run
 
 # ------------------------------------------------------------------------------ item 9
 
@@ -155,12 +164,6 @@ def test_slow_clients_never_fill_the_http_slots(tmp_path):
     # Issue 34 item 10: 32 sockets each sending one header line every 5 s kept /healthz at 503 for
     # 40 s (each read came within the socket timeout, so none was ever dropped, and every slot was
     # held). Here 40 sockets trickle a header line every 2 s for 30 s while /healthz is probed.
-    import socket
-    import threading
-
-    import httpx
-
-    from tests.test_service import run_proc as advisory_run
 
     policy = write_policy(tmp_path / "p.yaml", actuator={"kind": "advisory"})
     proc, url = advisory_run(tmp_path, policy, f"sqlite:///{tmp_path / 'ledger.db'}")
@@ -218,9 +221,6 @@ def test_slow_clients_never_fill_the_http_slots(tmp_path):
 def test_sqlite_a_removed_lock_file_never_gives_two_leaders(tmp_path):
     # Issue 34 item 8: with the lock file removed under a running leader, a second instance locked a
     # new file at the same path, and both reported leader=True (epochs 1 and 2).
-    import httpx
-
-    from tests.test_service import run_proc as advisory_run
 
     policy = write_policy(tmp_path / "p.yaml", actuator={"kind": "advisory"})
     db_file = tmp_path / "ledger.db"
@@ -261,10 +261,6 @@ def test_postgres_a_stalled_candidate_never_locks_out_the_leader(pg_url):
     # Issue 34 item 6: a standby's lease statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE) left
     # uncommitted locked the lease row although its WHERE failed; the leader's renewals hit their
     # statement timeout, it stopped leading, and nobody could lead until that transaction ended.
-    from autoscaler.ledger.schema import make_engine
-    from autoscaler.ledger.store import Ledger
-    from autoscaler.service import leadership
-    from autoscaler.service.leadership import PostgresLease
 
     Ledger(pg_url).close()  # the schema
     timing = {"lease_s": 6.0, "renew_deadline_s": 4.0, "retry_s": 1.0}
@@ -305,12 +301,6 @@ def test_postgres_a_candidate_stalled_after_taking_the_row_is_ended_by_the_serve
     # The other half: a candidate that does take an expired lease and then freezes inside its
     # transaction holds the row; its session's idle-in-transaction timeout (set by the lease's own
     # transaction setup) ends it, the takeover is rolled back, and another candidate leads.
-    from sqlalchemy.exc import DBAPIError
-
-    from autoscaler.ledger.schema import make_engine
-    from autoscaler.ledger.store import Ledger
-    from autoscaler.service import leadership
-    from autoscaler.service.leadership import PostgresLease
 
     Ledger(pg_url).close()
     timing = {"lease_s": 6.0, "renew_deadline_s": 4.0, "retry_s": 1.0}
