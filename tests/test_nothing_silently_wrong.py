@@ -156,6 +156,8 @@ def test_a_libpq_key_value_password_is_never_printed(tmp_path, dsn, secret, wher
         assert s not in p.stderr, p.stderr
         assert s not in redact_url(dsn)
     assert "host=127.0.0.1" in redact_url(dsn)  # what is not secret stays readable
+    demo = cli("demo", "--db", dsn, cwd=tmp_path)  # a command with a check of its own
+    assert demo.returncode == 2 and not any(s in demo.stderr for s in secret), demo.stderr
 
 
 def test_redact_url_keeps_what_is_not_secret():
