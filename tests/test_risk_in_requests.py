@@ -85,3 +85,43 @@ def test_without_a_request_rate_the_chance_of_an_excess_decides():
     # No rate, no queue at which arrivals miss: the drain is judged as before (P = 3.3%: hold).
     d, _ = _steady(1.0, rate=None)
     assert d.action is Action.HOLD and d.inputs["expected_misses"] is None
+
+
+# ------------------------------------------------------------------------- the tail from one time of day
+def _tail_memory() -> Memory:
+    """Today's level 5 at T0 (09:00 UTC), 360 quiet recent minutes, and a tail of two closed hours a day
+    before, 60 minutes each: one at 20:00 with two bursts to 30 (z 10), one at 08:00 with none, and a
+    quiet hour in progress after them."""
+    from autoscaler.core.risk import closed_tail_rises
+
+    hour = MINUTE // 60  # 09:00 today
+    day = 24
+    burst = ((10.0, 5.0, 30.0),) * 2
+    tail = ((hour - day - 13, 60, burst),   # 20:00 two days' hours back: a burst hour
+            (hour - day - 1, 60, ((0.0, 5.0, 5.0),)),  # 08:00 yesterday: quiet
+            (hour - 7, 60, ()))  # the hour in progress, past the six hours
+    return Memory(minute_now=(MINUTE, 5.0, 1, 5.0), rises_sorted=(0.0,) * 360, rise_reach=((0.0, 5.0, 5.0),) * 360,
+                  rise_tail=tail, tail_sorted=closed_tail_rises(tail), tail_minutes=180)
+
+
+def test_the_tail_seen_from_this_time_of_day_keeps_only_the_hours_near_it():
+    from autoscaler.core.risk import tail_view
+
+    mem = _tail_memory()
+    # Every hour: the two bursts over 360 + 180 minutes.
+    every = make_policy(scaling={"scale_down": {"tail_within_h": None}})
+    assert exceed_probability(mem, every, T0, 12.0, 615).p_week == pytest.approx(2 / 540)
+    # Within 3 h of 09:00: the 08:00 hour (60 minutes) and the hour in progress (02:00? no: hour - 7 is
+    # 02:00, 7 h away: out): 0 of 360 + 60 minutes; the evening's bursts do not count at 09:00.
+    near = make_policy(scaling={"scale_down": {"tail_within_h": 3}})
+    r = exceed_probability(mem, near, T0, 12.0, 615)
+    assert r.p_week == 0.0 and r.week_minutes == 420
+    z, _u, last, minutes = tail_view(mem, T0, 3)
+    assert len(z) == 1 and last == () and minutes == 60
+    # At 21:00 the burst hour (20:00) is within 3 h, the 08:00 one is not: 2 of 360 + 60.
+    evening = T0 + 12 * 3600
+    r = exceed_probability(mem, near, evening, 12.0, 615)
+    assert r.p_week == pytest.approx(2 / 420)
+    # Around midnight too: 23:00 is within 3 h of 01:00.
+    from autoscaler.core.risk import _near
+    assert _near(23, 1, 3) and not _near(20, 1, 3)

@@ -235,7 +235,7 @@ class ScaleDown(StrictModel):
         "fleet never seen is no reason to take capacity away. 0 lets the prior decide.",
     )
     excess_minutes: NonNegFloat | None = Field(
-        None, le=60,
+        2.0, le=60,
         description="The drain's risk in requests (docs/core.md): a measured rise that would put demand above "
         "the remaining groups within a lead time is taken to hold the excess this many minutes, and the drain "
         "is judged on the capacity misses it adds per arrival over the lead time (a burst that swamps the whole "
@@ -244,7 +244,7 @@ class ScaleDown(StrictModel):
         "(the exceedance risk, the rule until 2026-12-04).",
     )
     tail_within_h: NonNegFloat | None = Field(
-        None, le=12,
+        3.0, le=12,
         description="The week's tail of measured rises (docs/core.md) counts only the hours whose time of day is "
         "within this many hours of now's, on earlier days (the six recent hours always count): a daily cycle's "
         "evening bursts say little about its nights. null: every hour of the week counts.",
