@@ -125,3 +125,28 @@ def test_the_tail_seen_from_this_time_of_day_keeps_only_the_hours_near_it():
     # Around midnight too: 23:00 is within 3 h of 01:00.
     from autoscaler.core.risk import _near
     assert _near(23, 1, 3) and not _near(20, 1, 3)
+
+
+def test_an_unspent_budget_allows_no_more_than_itself_in_requests():
+    # The burn measured and unspent: no miss in 100,000 arrivals at the tests' 1% budget is a burn of
+    # (0 + 10) / (100,000 + 1,000) / 1% = 0.0099, which lets the chance of an excess take 2 x 1% = 2%.
+    # In requests the budget is the budget: 1%. The docstring's moments at a rate of 2/s (6 queued make
+    # every arrival miss): reaching 13 on 6 slots, 7 queued: all; on 12 slots, 1 queued: 1/6; added
+    # 5/6 each, held 2 minutes of 11: 12 x (5/6) x 2 / 11 / 360 = 0.505%; held 4: 1.01% -> hold at 1%
+    # (a drain at the 2% a chance may take).
+    policy = make_policy(scaling={"target_utilization": 1.0, "scale_down": {
+        "min_measured_rises": 0, "excess_minutes": 4.0, "utilization_below": 0.9,
+        "stabilization_s": 0, "cooldown_after_scale_up_s": 0, "min_group_uptime_s": 0}})
+    z = (13.0 - 5.0) / 6.0 ** 0.5
+    mem = Memory(minute_now=(MINUTE, 5.0, 1), surplus_since=T0 - 3600, budget_burn=(0.0, 100_000.0, T0),
+                 budget_burn_long=(0.0, 100_000.0, T0),
+                 **_reach(*([(0.0, 5.0, 5.0)] * 348 + [(z, 5.0, 13.0)] * 12)))
+    sig = signals(g1=(3, 0, 0.2), g2=(2, 0, 0.1), request_rate=2.0)
+    d, _ = decide(sig, fleet("ready", "ready", "off"), policy, mem, T0)
+    assert d.inputs["expected_misses"]["share"] == pytest.approx(12 * (5 / 6) * 4 / 11 / 360, abs=1e-6)
+    assert d.action is Action.HOLD and "allows 1% in requests (2% as a chance)" in d.detail, d.detail
+    half = make_policy(scaling={"target_utilization": 1.0, "scale_down": {
+        "min_measured_rises": 0, "excess_minutes": 2.0, "utilization_below": 0.9,
+        "stabilization_s": 0, "cooldown_after_scale_up_s": 0, "min_group_uptime_s": 0}})
+    d, _ = decide(sig, fleet("ready", "ready", "off"), half, mem, T0)
+    assert d.action is Action.SCALE_DOWN, d.detail

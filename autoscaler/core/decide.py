@@ -565,7 +565,11 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         misses = expected_miss_share(t.memory, policy, t.now, capacity, capacity + t.base_per_group / room,
                                      rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes)
     judged = misses.share if misses is not None else risk.probability if risk is not None else math.inf
-    surplus = (risk is not None and risk.samples >= need and fits and judged <= allowed
+    # In requests the budget is the budget: an unspent one allows no more than itself (the exceedance
+    # risk, a proxy, may take up to twice it); a burning one halves it as before. At 2x, five groups
+    # spent 0.495 pp of the 0.5 pp bar on m-small (seed 0, 0.35).
+    allowed_misses = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0) if misses is not None else allowed
+    surplus = (risk is not None and risk.samples >= need and fits and judged <= allowed_misses
                and floor <= allowed)
     if not explain:
         return surplus, "", {}
@@ -602,14 +606,16 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
                   f"{lead_minutes(t.risk_horizon, policy.forecast.minute_s)} {_minutes(policy)}; "
                   f"{_fmt(misses.queue_to_miss)} queued make every arrival miss); {exceed}")
     numbers = (f"{exceed}, "
-               f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed)}; {numbers}")
+               f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed_misses)}"
+               + ("" if allowed_misses == allowed else f" in requests ({_fmt_pct(allowed)} as a chance)")
+               + f"; {numbers}")
     if risk.samples < need:
         # Cold start: the prior is a guess about a fleet never seen; a drain waits for the fleet's own
         # rises (scale_down.min_measured_rises, 30: at the default minute and a 615 s lead, 41 minutes).
         numbers = f"only {risk.samples} of {need} {_rises_of(risk, policy)} measured: no drain on the prior alone; {numbers}"
         return False, numbers, extra
     extra["risk_evidence_floor"] = round(floor, 5)
-    if floor > allowed and judged <= allowed:
+    if floor > allowed and judged <= allowed_misses:
         n = evidence_minutes(risk)
         numbers = (f"{n:,} {_minutes(policy)} of rises cannot show a risk below {_fmt_pct(floor)} (1 / ({n:,} + 2)), "
                    f"above the {_fmt_pct(allowed)} allowed: no drain yet; {numbers}")
