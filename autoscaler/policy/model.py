@@ -235,7 +235,7 @@ class ScaleDown(StrictModel):
         "fleet never seen is no reason to take capacity away. 0 lets the prior decide.",
     )
     excess_minutes: NonNegFloat | None = Field(
-        2.0, le=60,
+        3.0, le=60,
         description="The drain's risk in requests (docs/core.md): a measured rise that would put demand above "
         "the remaining groups within a lead time is taken to hold the excess this many minutes, and the drain "
         "is judged on the capacity misses it adds per arrival over the lead time (a burst that swamps the whole "
