@@ -58,7 +58,7 @@ def _check_periods(start: float, end: float, by: str, now: float) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
-    from autoscaler.ledger.report import build_report, empty_message, parse_when, render, zone
+    from autoscaler.ledger.report import build_report, empty_message, left_out_notes, parse_when, render, zone
     from autoscaler.ledger.store import Ledger
     if args.format not in FORMATS:
         raise BadInput(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
@@ -88,6 +88,8 @@ def _run(args: argparse.Namespace) -> int:
             run = found[0]
             if args.source not in (None, "all", run.source):
                 raise BadInput(f"--run: run {run.id} is a {run.source} run, not {args.source}")
+            if run.incomplete:
+                raise BadInput(f"--run: {run.incomplete_text()}; run the backtest again")
             source = run.source
             start = run.started_at if start is None else start
             end = (run.ended_at or now) if end is None else end
@@ -103,8 +105,9 @@ def _run(args: argparse.Namespace) -> int:
     report = build_report(data, start, end, by=args.by, tz=tz, source=source, now=now, run_id=args.run,
                           other_sources=others)
     text = render(report, args.format)
-    if report.empty and args.format in ("json", "csv"):  # the page formats say it inside; these on stderr
-        print(empty_message(report), file=sys.stderr)
+    if args.format in ("json", "csv"):  # the page formats say these inside; these two on stderr
+        for line in ([empty_message(report)] if report.empty else []) + left_out_notes(report):
+            print(line, file=sys.stderr)
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8", newline="")

@@ -151,6 +151,7 @@ class Report:
     run_id: int | None = None
     # Runs of other sources in the range (source -> run ids): the hint of an empty report.
     other_sources: dict[str, list[int]] = field(default_factory=dict)
+    left_out: list[RunInfo] = field(default_factory=list)  # incomplete backtests (RunInfo.incomplete)
 
     @property
     def empty(self) -> bool:
@@ -223,7 +224,12 @@ def build_report(
     data: PeriodData, start: float, end: float, *, by: str, tz: ZoneInfo, source: str, now: float,
     run_id: int | None = None, other_sources: dict[str, list[int]] | None = None,
 ) -> Report:
-    """The report of [start, end) from the ledger's data (pure). Refuses overlapping runs."""
+    """The report of [start, end) from the ledger's data (pure). Refuses overlapping runs; leaves
+    out incomplete backtests (``RunInfo.incomplete``), and says so."""
+    left_out = [r for r in data.runs if r.incomplete]
+    if left_out:
+        data = PeriodData([r for r in data.runs if not r.incomplete], data.policies, data.intervals, data.tokens,
+                          data.load)
     refuse_overlaps(data.runs, start, end, now, tz)
     lo_all, hi_all, now_f = moment(start), moment(end), moment(now)
     currencies: dict[str, list[int]] = {}
@@ -269,7 +275,7 @@ def build_report(
         currency=next(iter(currencies), None), rows=rows, runs=list(data.runs), open_intervals=open_count,
         active_nodes=_active_steps(data, lo_all, min(hi_all, now_f), now_f), load=list(data.load),
         ceiling_nodes=ceiling, fixed_monthly=list(fixed_monthly), run_id=run_id,
-        other_sources=dict(other_sources or {}),
+        other_sources=dict(other_sources or {}), left_out=left_out,
     )
 
 
@@ -497,10 +503,15 @@ def empty_message(report: Report) -> str:
     return text
 
 
+def left_out_notes(report: Report) -> list[str]:
+    return [f"Left out: {r.incomplete_text()}." for r in report.left_out]
+
+
 def _notes(report: Report) -> list[str]:
     notes = []
     if report.empty:
-        return [empty_message(report)]
+        return [empty_message(report)] + left_out_notes(report)
+    notes += left_out_notes(report)
     rows, totals = report_rows(report)
     if report.open_intervals:
         notes.append(f"* {report.open_intervals} node interval(s) were still open: they are counted up to "

@@ -265,6 +265,8 @@ def why_at(ledger: Ledger, at: float, *, source: str = "live", group: str | None
                     f"{src} runs ({', '.join(map(str, ids))}) were: see them with --source {src}"
                     for src, ids in sorted(others.items()))
         return {"at": iso(at), "run": None, "groups": [], "last_decisions": [], "message": message}
+    if run.incomplete:  # no intervals, maybe no decisions: "0 nodes active" would not be true
+        raise BadInput(f"{run.incomplete_text()}; run the backtest again")
     fleet = ledger.fleet_of_run(run.id, at)
     groups = fleet["groups"]
     if group is not None and group not in groups:
