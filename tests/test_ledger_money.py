@@ -204,3 +204,44 @@ def test_a_backtest_charges_stopped_nodes_as_the_actuator_leaves_them(tmp_path, 
     watts = {"idle": 45, "off": 3}[state]
     assert totals["energy_kwh"] == pytest.approx((by_state["active"] * 240 + stopped_h * watts) * 1.3 / 1000, abs=0.002)
 
+
+
+# ------------------------------------------------------------------- item 3: dated after today
+def simulate_json(tmp_path: Path, url: str, trace: Path, *extra: str) -> dict:
+    p = subprocess.run(simulate_argv(url, *extra, trace=trace), capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)
+
+
+def azure_2099(path: Path) -> Path:
+    """The Azure conversation trace's first 3,000 rows, shifted to 2099 (same day and time)."""
+    lines = AZURE.read_text().splitlines()
+    path.write_text("\n".join([lines[0]] + ["2099" + line[4:] for line in lines[1:3001]]) + "\n")
+    return path
+
+
+AZURE = REPO / "examples" / "traces" / "azure-2023-conv" / "AzureLLMInferenceTrace_conv.csv"
+
+
+@pytest.mark.parametrize("case", ["start-at-2027", "azure-2099"])
+def test_a_backtest_dated_after_today_is_reported(tmp_path, capsys, case):
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    if case == "start-at-2027":
+        sim = simulate_json(tmp_path, url, burst_trace(tmp_path / "burst.csv"), "--start-at", "2027-03-01T00:00:00Z")
+        day, after = "2027-03-01", "2027-03-02"
+    else:
+        sim = simulate_json(tmp_path, url, azure_2099(tmp_path / "azure-2099.csv"))
+        day, after = "2099-11-16", "2099-11-17"
+    assert main(["report", "--db", url, "--run", "1", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rows"] and doc["rows"][0]["start"].startswith(day)
+    assert doc["totals"]["node_hours"] == pytest.approx(sim["node_hours"], abs=0.0001)
+    assert doc["totals"]["baseline_node_hours"] == pytest.approx(sim["baseline_node_hours"], abs=0.0001)
+    assert doc["totals"]["coverage_pct"] == 100
+    # by range too, to a far end: the rows stop where the data stops
+    assert main(["report", "--db", url, "--source", "simulation", "--from", day, "--to", "9999-12-31",
+                 "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == [day, "TOTAL"]
+    assert main(["report", "--db", url, "--source", "simulation", "--from", day, "--to", after]) == 0
+    assert "the report is empty" not in capsys.readouterr().out

@@ -43,8 +43,9 @@ _PERIOD_S = {"day": 86_400, "week": 7 * 86_400, "month": 28 * 86_400}  # the sho
 
 
 def _check_periods(start: float, end: float, by: str, now: float) -> None:
-    """Bad input, before the ledger is opened, for a range of more than MAX_PERIODS rows up to now
-    (periods after now have no rows: a report to 9999-12-31 stops at now)."""
+    """Bad input, before any work, for a range of more than MAX_PERIODS rows up to ``now`` (periods
+    after the data's last moment have no rows: a report to 9999-12-31 stops at now, or at the end
+    of a backtest dated after now: checked again once the runs are known)."""
     def rows(per: str) -> int:
         return int((min(end, now) - start) // _PERIOD_S[per]) + 1
 
@@ -58,7 +59,16 @@ def _check_periods(start: float, end: float, by: str, now: float) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
-    from autoscaler.ledger.report import build_report, empty_message, left_out_notes, parse_when, render, zone
+    from autoscaler.ledger.cost import moment
+    from autoscaler.ledger.report import (
+        build_report,
+        data_horizon,
+        empty_message,
+        left_out_notes,
+        parse_when,
+        render,
+        zone,
+    )
     from autoscaler.ledger.store import Ledger
     if args.format not in FORMATS:
         raise BadInput(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
@@ -101,6 +111,8 @@ def _run(args: argparse.Namespace) -> int:
         if not runs and args.run is None:  # say which other sources cover the range, and how to see them
             for r in ledger.runs(source="all", start=start, end=end):
                 others.setdefault(r.source, []).append(r.id)
+        # Rows run to now, or to the end of a backtest dated after it: count them again with that end.
+        _check_periods(start, end, args.by, float(data_horizon(runs, moment(now))))
         data = ledger.period_data(runs, start, end, with_load=args.format == "html")
     report = build_report(data, start, end, by=args.by, tz=tz, source=source, now=now, run_id=args.run,
                           other_sources=others)

@@ -149,6 +149,9 @@ class Report:
     ceiling_nodes: int
     fixed_monthly: list[tuple[str, Decimal]]  # (currency, monthly fixed cost of the fleet) per cost model
     run_id: int | None = None
+    # The last moment with data: now, or later when a finished run ends after now (a backtest of a
+    # plan dated in the future); rows, coverage and the chart stop here.
+    horizon: Fraction | None = None
     # Runs of other sources in the range (source -> run ids): the hint of an empty report.
     other_sources: dict[str, list[int]] = field(default_factory=dict)
     left_out: list[RunInfo] = field(default_factory=list)  # incomplete backtests (RunInfo.incomplete)
@@ -232,13 +235,14 @@ def build_report(
                           data.load)
     refuse_overlaps(data.runs, start, end, now, tz)
     lo_all, hi_all, now_f = moment(start), moment(end), moment(now)
+    horizon = data_horizon(data.runs, now_f)
     currencies: dict[str, list[int]] = {}
     fixed_monthly: dict[tuple[str, Decimal], None] = {}
     ceiling = 0
     for run in data.runs:
         # Only the policies in force within the range: an hour before a currency edit stays reportable
         # in its own currency, whatever the run did later (a live edit, or one reverted since).
-        for p in _policies_within(data.policies.get(run.id, []), lo_all, min(hi_all, now_f), now_f):
+        for p in _policies_within(data.policies.get(run.id, []), lo_all, min(hi_all, horizon), now_f):
             currencies.setdefault(p.cost["currency"], []).append(run.id)
             prices, size = Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet)
             monthly = prices.fixed_monthly_per_node * size.nodes + prices.fixed_monthly_fleet
@@ -247,17 +251,17 @@ def build_report(
     if len(currencies) > 1:
         which = "; ".join(f"{c}: runs {', '.join(map(str, sorted(set(ids))))}" for c, ids in currencies.items())
         raise BadInput(f"the runs in this period use different currencies ({which}); "
-                       + _currency_advice(data, lo_all, min(hi_all, now_f), now_f, tz))
+                       + _currency_advice(data, lo_all, min(hi_all, horizon), now_f, tz))
     rows: list[Row] = []
-    for b0, b1, p0, p1 in periods(lo_all, hi_all, by, tz, stop=now_f):
-        if b0 >= now_f:
+    for b0, b1, p0, p1 in periods(lo_all, hi_all, by, tz, stop=horizon):
+        if b0 >= horizon:
             break
         row = Row(b0, b1, Figures(), period_start=p0, period_end=p1)
         for run in data.runs:
             for p in data.policies.get(run.id, []):
                 s0 = moment(p.start)
                 s1 = now_f if p.end is None else moment(p.end)
-                lo, hi = max(b0, s0), min(b1, s1, now_f)
+                lo, hi = max(b0, s0), min(b1, s1)  # s1: the policy's end, or now while it runs
                 if hi <= lo:
                     continue
                 usage = usage_between(data.intervals.get(run.id, []), data.tokens.get(run.id, []), lo, hi, now_f)
@@ -273,10 +277,17 @@ def build_report(
     return Report(
         start=lo_all, end=hi_all, source=source, by=by, tz=tz, now=now_f,
         currency=next(iter(currencies), None), rows=rows, runs=list(data.runs), open_intervals=open_count,
-        active_nodes=_active_steps(data, lo_all, min(hi_all, now_f), now_f), load=list(data.load),
+        active_nodes=_active_steps(data, lo_all, min(hi_all, horizon), now_f), load=list(data.load),
         ceiling_nodes=ceiling, fixed_monthly=list(fixed_monthly), run_id=run_id,
-        other_sources=dict(other_sources or {}), left_out=left_out,
+        other_sources=dict(other_sources or {}), left_out=left_out, horizon=horizon,
     )
+
+
+def data_horizon(runs: list[RunInfo], now: Fraction) -> Fraction:
+    """Now, or the latest end of a finished run when it is later: a backtest dated after today (a
+    plan for next March, a trace shifted to 2099) is reported like any other; hours after it hold
+    nothing, so no rows are built for them (a range to 9999-12-31 stays short)."""
+    return max([now] + [moment(r.ended_at) for r in runs if r.ended_at is not None])
 
 
 def _active_steps(data: PeriodData, lo: Fraction, hi: Fraction, now: Fraction) -> list[tuple[float, int]]:
@@ -341,10 +352,6 @@ def allocate(values: list[Fraction], kind: str) -> list[Decimal]:
     return [(Decimal(u) * quantum).quantize(quantum) for u in units]
 
 
-def _pct_of(part: Decimal, whole: Fraction) -> Decimal | None:
-    return rounded(Fraction(part) / whole * 100, "pct") if whole else None
-
-
 def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, parts: dict[str, Decimal],
                 period_hours: Fraction) -> dict[str, Any]:
     """One row for output: ``parts`` are the rounded primitives; the rest is derived from them."""
@@ -371,7 +378,7 @@ def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, part
         "period_hours": rounded(period_hours, "hours"),
         # the share of the row's whole calendar period (or of the asked range, for the totals) that
         # the ledger covers: every figure of the row is for these hours only
-        "coverage_pct": _pct_of(parts["covered_hours"], period_hours),
+        "coverage_pct": rounded(fig.span_hours / period_hours * 100, "pct") if period_hours else None,
         "prompt_tokens": int(parts["prompt_tokens"]),
         "generation_tokens": int(parts["generation_tokens"]),
         "cost_per_million_tokens": rounded(fig.cost_per_million_tokens, "per_token"),
@@ -397,7 +404,8 @@ def report_rows(report: Report) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         out = _row_values(row.start, row.end, row.figures, report.tz, parts, row.period_hours)
         out["runs"] = sorted(row.runs)
         rows.append(out)
-    asked = (min(report.end, report.now) - report.start) / 3600 if report.now > report.start else Fraction(0)
+    horizon = report.now if report.horizon is None else report.horizon
+    asked = (min(report.end, horizon) - report.start) / 3600 if horizon > report.start else Fraction(0)
     totals = _row_values(report.start, report.end, exact_total, report.tz, sums, asked)
     totals["open_intervals"] = report.open_intervals
     totals["runs"] = sorted({r for row in report.rows for r in row.runs})
@@ -630,7 +638,7 @@ def chart_svg(report: Report) -> str:
     round ticks, the time axis ticks on round local times without seconds (``charts``)."""
     w, h, ml, mr, mt, mb = 900, 330, 56, 64, 34, 40
     pw, ph = w - ml - mr, h - mt - mb
-    lo, hi = float(report.start), float(min(report.end, report.now))
+    lo, hi = float(report.start), float(min(report.end, report.now if report.horizon is None else report.horizon))
     if hi <= lo:
         hi = lo + 1
     x = lambda t: ml + (min(max(t, lo), hi) - lo) / (hi - lo) * pw  # noqa: E731
