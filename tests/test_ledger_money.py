@@ -245,3 +245,38 @@ def test_a_backtest_dated_after_today_is_reported(tmp_path, capsys, case):
     assert [r.split(",")[0] for r in rows[1:]] == [day, "TOTAL"]
     assert main(["report", "--db", url, "--source", "simulation", "--from", day, "--to", after]) == 0
     assert "the report is empty" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------- item 4: a day reads the same anywhere
+def test_a_day_reads_the_same_in_every_range_and_rows_add_up_to_the_cent(tmp_path, capsys):
+    """14 always-on days (6.7392 variable, 21.6986 fixed each): the issue saw 2026-01-18 as 6.73 /
+    21.69 / saved -0.01 in the 14-day report and 6.74 / 21.70 / 0.00 alone."""
+    from autoscaler.ledger.store import NodeInterval
+    from tests.support.ledger_runs import NODES, T0, default_policy
+
+    url = f"sqlite:///{tmp_path / 'on.db'}"
+    end = T0 + 14 * 86400
+    with Ledger(url) as ledger:
+        intervals = [iv for g, nodes in NODES.items() for iv in NodeInterval.for_group(nodes, g, "active", T0, end)]
+        ledger.record_run("simulation", default_policy(), start=T0, end=end, label="always on", intervals=intervals)
+
+    def rows(*args: str) -> dict[str, dict]:
+        assert main(["report", "--db", url, "--source", "simulation", "--format", "json", *args]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        return {r["start"][:10]: r for r in doc["rows"]} | {"TOTAL": doc["totals"]}
+
+    keys = ("variable_cost", "fixed_cost", "total_cost", "baseline_variable_cost", "saving_variable", "energy_kwh")
+    alone = rows("--from", "2026-01-18", "--to", "2026-01-19")["2026-01-18"]
+    assert [alone[k] for k in keys] == [6.74, 21.7, 28.44, 6.74, 0, 44.928]
+    fortnight = rows("--from", "2026-01-05", "--to", "2026-01-19")
+    for day in ("2026-01-05", "2026-01-11", "2026-01-18"):
+        assert [fortnight[day][k] for k in keys] == [alone[k] for k in keys], day
+    assert [rows("--from", "2026-01-17", "--to", "2026-01-19")["2026-01-18"][k] for k in keys] == [alone[k] for k in keys]
+    from decimal import Decimal
+
+    for by in ("day", "week", "month"):
+        got = rows("--from", "2026-01-05", "--to", "2026-01-19", "--by", by)
+        total = got.pop("TOTAL")
+        for k in keys:  # every column adds up to its total, to the cent, whatever the rows are
+            assert sum(Decimal(str(r[k])) for r in got.values()) == Decimal(str(total[k])), (by, k)
+        assert (total["variable_cost"], total["fixed_cost"], total["saving_variable"]) == (94.36, 303.8, 0), by

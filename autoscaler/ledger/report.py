@@ -4,8 +4,8 @@ as a table, CSV, JSON, Markdown or one self-contained HTML page.
 ``build_report`` is pure (it gets the ledger's data and ``now``); the ``render_*`` functions turn
 its result into text. Each run is charged with the cost model of the policy in force in it at the
 time (``policy_loads``), so a report reads the same later and runs with different cost models can
-share a period. Money is rounded once per row; totals are the sums of the rounded rows (see
-``cost.py``).
+share a period. Each day's figures are rounded once; weeks, months and totals are the sums of the
+days as shown (``report_rows``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import csv
 import html
 import io
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -27,7 +26,6 @@ from autoscaler.charts import nice_ticks, tick_label, time_ticks
 from autoscaler.core.types import parse_time
 from autoscaler.errors import BadInput
 from autoscaler.ledger.cost import (
-    PLACES,
     Figures,
     FleetSize,
     Prices,
@@ -124,6 +122,9 @@ class Row:
     runs: set[int] = field(default_factory=set)
     period_start: Fraction | None = None  # the whole calendar period (day, week, month) of the row
     period_end: Fraction | None = None
+    # The row's days (in the report's zone; the range's first and last may be partial), each exact:
+    # what is rounded, once per day, so a day reads the same in every report (report_rows).
+    days: list[Figures] = field(default_factory=list)
 
     @property
     def period_hours(self) -> Fraction:
@@ -257,16 +258,23 @@ def build_report(
         if b0 >= horizon:
             break
         row = Row(b0, b1, Figures(), period_start=p0, period_end=p1)
-        for run in data.runs:
-            for p in data.policies.get(run.id, []):
-                s0 = moment(p.start)
-                s1 = now_f if p.end is None else moment(p.end)
-                lo, hi = max(b0, s0), min(b1, s1)  # s1: the policy's end, or now while it runs
-                if hi <= lo:
-                    continue
-                usage = usage_between(data.intervals.get(run.id, []), data.tokens.get(run.id, []), lo, hi, now_f)
-                row.figures = row.figures + cost_of(usage, Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet))
-                row.runs.add(run.id)
+        for d0, d1 in buckets(b0, b1, "day", tz):
+            day = Figures()
+            for run in data.runs:
+                for p in data.policies.get(run.id, []):
+                    s0 = moment(p.start)
+                    s1 = now_f if p.end is None else moment(p.end)
+                    lo, hi = max(d0, s0), min(d1, s1)  # s1: the policy's end, or now while it runs
+                    if hi <= lo:
+                        continue
+                    usage = usage_between(data.intervals.get(run.id, []), data.tokens.get(run.id, []), lo, hi,
+                                          now_f)
+                    day = day + cost_of(usage, Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet))
+                    row.runs.add(run.id)
+            row.days.append(day)
+            row.figures = row.figures + day
+        # An interval open across several days is one interval of the row, not one per day.
+        row.figures.open_intervals = max((d.open_intervals for d in row.days), default=0)
         rows.append(row)
     if not any(r.runs for r in rows):
         rows = []
@@ -335,21 +343,14 @@ def _exact(fig: Figures) -> dict[str, Fraction]:
     }
 
 
-def allocate(values: list[Fraction], kind: str) -> list[Decimal]:
-    """``values`` rounded to the places of ``kind`` so that they add up to their exact sum rounded
-    once (largest remainder). E.g. three days of 1/3 cent each: exact sum 1 cent -> 0.01, 0, 0 (not
-    0, 0, 0, which would lose the cent, nor a total of 0.00 that depends on the rows)."""
-    scale = 10 ** PLACES[kind]
-    total = rounded(sum(values, Fraction(0)), kind)
-    target = int(total.scaleb(PLACES[kind]))
-    units = [math.floor(v * scale) for v in values]
-    left = target - sum(units)
-    # the rows whose rounding lost most get the units left over; ties go to the earlier row
-    order = sorted(range(len(values)), key=lambda i: (-(values[i] * scale - units[i]), i))
-    for i in order[:max(0, left)]:
-        units[i] += 1
-    quantum = Decimal(1).scaleb(-PLACES[kind])
-    return [(Decimal(u) * quantum).quantize(quantum) for u in units]
+def shown_day(day: Figures) -> dict[str, Decimal]:
+    """A day's figures as shown: each rounded once, from its exact value, to the places of its kind
+    (cost.PLACES). The same day rounds the same way in every report."""
+    return {k: rounded(v, _PRIMITIVES[k]) for k, v in _exact(day).items()}
+
+
+def _sum_parts(parts: list[dict[str, Decimal]]) -> dict[str, Decimal]:
+    return {k: sum((p[k] for p in parts), Decimal(0)) for k in _PRIMITIVES}
 
 
 def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, parts: dict[str, Decimal],
@@ -392,21 +393,22 @@ def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, part
 
 
 def report_rows(report: Report) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The rows and the totals as output values (Decimals). The totals are the exact sums rounded
-    once; the rows are rounded to add up to them (``allocate``)."""
-    exact_total = report.totals
-    sums = {k: rounded(v, _PRIMITIVES[k]) for k, v in _exact(exact_total).items()}
-    exact_rows = [_exact(row.figures) for row in report.rows]
-    shown = {k: allocate([r[k] for r in exact_rows], kind) for k, kind in _PRIMITIVES.items()}
-    rows = []
-    for i, row in enumerate(report.rows):
-        parts = {k: shown[k][i] for k in _PRIMITIVES}
+    """The rows and the totals as output values (Decimals). Each day is rounded once (``shown_day``);
+    a week or month row is the sum of its days as shown, and the totals the sum of the rows. So a
+    day's figures do not change with the range asked, every column adds up to its total to the last
+    digit, and the totals are the same by day, week or month. (The totals may differ from the exact
+    sum rounded once by a few cents: 14 days of 21.6986 fixed cost show 21.70 each, 303.80 in total.)
+    Shares (%, cost per million tokens) are not sums: each is computed from its row's exact figures."""
+    rows, row_parts = [], []
+    for row in report.rows:
+        parts = _sum_parts([shown_day(day) for day in row.days])
         out = _row_values(row.start, row.end, row.figures, report.tz, parts, row.period_hours)
         out["runs"] = sorted(row.runs)
         rows.append(out)
+        row_parts.append(parts)
     horizon = report.now if report.horizon is None else report.horizon
     asked = (min(report.end, horizon) - report.start) / 3600 if horizon > report.start else Fraction(0)
-    totals = _row_values(report.start, report.end, exact_total, report.tz, sums, asked)
+    totals = _row_values(report.start, report.end, report.totals, report.tz, _sum_parts(row_parts), asked)
     totals["open_intervals"] = report.open_intervals
     totals["runs"] = sorted({r for row in report.rows for r in row.runs})
     return rows, totals
@@ -538,7 +540,8 @@ def _notes(report: Report) -> list[str]:
     notes.append("Variable cost is what turning nodes off saves (power and node-hour fees); fixed cost "
                  "(capital, support) is paid either way, so the saving on total cost is smaller.")
     notes.append("Baseline = the policy's ceiling always on over the same hours. A month counts as 730 hours. "
-                 "Figures are exact until shown; rows are rounded so that they add up to the totals.")
+                 "Each day is rounded once, from exact figures, so it reads the same in any report; weeks, "
+                 "months and the totals are sums of the days as shown, so every column adds up.")
     return notes
 
 
