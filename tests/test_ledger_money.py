@@ -280,3 +280,37 @@ def test_a_day_reads_the_same_in_every_range_and_rows_add_up_to_the_cent(tmp_pat
         for k in keys:  # every column adds up to its total, to the cent, whatever the rows are
             assert sum(Decimal(str(r[k])) for r in got.values()) == Decimal(str(total[k])), (by, k)
         assert (total["variable_cost"], total["fixed_cost"], total["saving_variable"]) == (94.36, 303.8, 0), by
+
+
+# ------------------------------------------------- item 6: which saving, which coverage, said in the output
+def test_each_saving_and_each_coverage_says_what_it_is_a_share_of(tmp_path, capsys):
+    import csv
+    import io
+
+    from autoscaler.demo.runner import summary_line
+
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    sim = simulate_json(tmp_path, url, burst_trace(tmp_path / "burst.csv"))
+    assert main(["report", "--db", url, "--run", "1"]) == 0
+    text = capsys.readouterr().out
+    # the node-hours saving simulate printed, beside the money savings, and how they differ
+    pct = f"{sim['savings_pct']:.1f}%"
+    assert (f"Node-hours: {sim['node_hours']:,.2f} switched on of {sim['baseline_node_hours']:,.2f} always on, "
+            f"{pct} fewer (the 'saving' simulate and demo print)") in text
+    assert "% of variable cost" in text and "stopped nodes still draw idle or off power" in text
+    assert ("Covered: on a row, the share of its whole day that runs recorded; on TOTAL, the share of the hours "
+            "asked for") in text
+    assert main(["report", "--db", url, "--run", "1", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out, newline="")))
+    assert [(r["period"], r["coverage_of"]) for r in rows] == [("2026-01-05", "day"), ("TOTAL", "range")]
+    assert float(rows[0]["coverage_pct"]) < 100 and rows[1]["coverage_pct"] == "100.00"  # 8 h of a day; all asked
+    assert float(rows[1]["saving_pct_node_hours"]) == pytest.approx(sim["savings_pct"], abs=0.01)
+    assert float(rows[1]["saving_pct_variable"]) < float(rows[1]["saving_pct_node_hours"])  # off nodes draw 3 W
+    assert main(["report", "--db", url, "--run", "1", "--by", "week", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rows"][0]["coverage_of"] == "week" and doc["totals"]["coverage_of"] == "range"
+    assert main(["report", "--db", url, "--run", "1", "--format", "html"]) == 0
+    assert "fewer (the &#x27;saving&#x27; simulate and demo print)" in capsys.readouterr().out
+    line = summary_line({"requests_sent": 116, "requests_failed": 0, "scale_ups": 2, "scale_downs": 2,
+                         "node_hours": 0.2493, "baseline_node_hours": 0.2866, "savings_pct": 13.01})
+    assert "(13.01% of node-hours saved; in money, the report above: 'Var %' of variable cost" in line
