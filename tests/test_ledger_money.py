@@ -314,3 +314,24 @@ def test_each_saving_and_each_coverage_says_what_it_is_a_share_of(tmp_path, caps
     line = summary_line({"requests_sent": 116, "requests_failed": 0, "scale_ups": 2, "scale_downs": 2,
                          "node_hours": 0.2493, "baseline_node_hours": 0.2866, "savings_pct": 13.01})
     assert "(13.01% of node-hours saved; in money, the report above: 'Var %' of variable cost" in line
+
+
+# ----------------------------------------------------------- also expected: a default range
+def test_a_ledger_with_one_run_is_reported_without_a_range(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    sim = simulate_json(tmp_path, url, burst_trace(tmp_path / "burst.csv"))
+    assert main(["report", "--db", url, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"] == "simulation" and doc["from"] == "2026-01-05T00:00:00Z"
+    assert doc["totals"]["node_hours"] == pytest.approx(sim["node_hours"], abs=0.0001)
+    assert main(["report", "--db", url]) == 0
+    assert capsys.readouterr().out.startswith("Fleet cost 2026-01-05T00:00:00Z to 2026-01-05T07:57:")
+    # --source that holds no run, a second run, or half a range: say what to give
+    assert main(["report", "--db", url, "--source", "live"]) == 2
+    assert "the ledger holds no live run to report by default" in capsys.readouterr().err
+    simulate_json(tmp_path, url, burst_trace(tmp_path / "burst.csv"), "--start-at", "2026-02-02T00:00:00Z")
+    assert main(["report", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the ledger holds 2 runs (1 (simulation" in err and "--run" in err
+    assert main(["report", "--db", url, "--from", "2026-01-05"]) == 2
+    assert "--from and --to go together" in capsys.readouterr().err

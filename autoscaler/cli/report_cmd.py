@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "the saving, by day, week or month. Reads the ledger; never changes it.")
     p.add_argument("--db", metavar="URL", help="ledger database (default: $AUTOSCALER_DATABASE_URL, "
                    "else sqlite:///autoscaler.db)")
-    p.add_argument("--from", dest="start", metavar="T", help="start: a date (midnight in --tz) or an ISO 8601 time")
+    p.add_argument("--from", dest="start", metavar="T",
+                   help="start: a date (midnight in --tz) or an ISO 8601 time (without --from/--to/--run: the "
+                        "ledger's only run, if it holds one)")
     p.add_argument("--to", dest="end", metavar="T", help="end (exclusive), like --from")
     p.add_argument("--by", default="day", metavar="{day,week,month}",
                    help="one row per day, week (from Monday) or month (default day)")
@@ -57,6 +59,24 @@ def _check_periods(start: float, end: float, by: str, now: float) -> None:
                        f"narrow --from/--to{coarser}")
 
 
+def _only_run(ledger, source: str | None) -> int:
+    """Without --from/--to/--run: the ledger's only run (of --source, when given), else bad input
+    that lists the runs to choose from."""
+    from autoscaler.core.types import iso
+
+    runs = ledger.runs(source=source or "all")
+    if len(runs) == 1:
+        return runs[0].id
+    where = f" {source}" if source else ""
+    if not runs:
+        raise BadInput(f"--from and --to are required: the ledger holds no{where} run to report by default")
+    listed = "; ".join(f"{r.id} ({r.source}{' ' + repr(r.label) if r.label else ''}, {iso(r.started_at)} to "
+                       f"{iso(r.ended_at) if r.ended_at is not None else 'now'})" for r in runs[:5])
+    more = f"; and {len(runs) - 5} more" if len(runs) > 5 else ""
+    raise BadInput(f"--from and --to are required: the ledger holds {len(runs)}{where} runs ({listed}{more}); "
+                   f"give a range or one run with --run")
+
+
 def _run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
     from autoscaler.ledger.cost import moment
@@ -79,8 +99,8 @@ def _run(args: argparse.Namespace) -> int:
     tz = zone(args.tz)
     start = parse_when(args.start, tz, "--from") if args.start else None
     end = parse_when(args.end, tz, "--to") if args.end else None
-    if args.run is None and (start is None or end is None):
-        raise BadInput("--from and --to are required (or name one run with --run)")
+    if args.run is None and (start is None) != (end is None):
+        raise BadInput("--from and --to go together (or give neither: the ledger's only run, or name one with --run)")
     if start is not None and end is not None and end <= start:
         raise BadInput("--to must be after --from")
     if start is not None and end is not None:
@@ -91,6 +111,8 @@ def _run(args: argparse.Namespace) -> int:
     # A read: the database is opened read-only and never created or migrated.
     with Ledger(settings.database_url, read_only=True, flag=settings.database_url_from) as ledger:
         source = args.source or "live"
+        if args.run is None and start is None:
+            args.run = _only_run(ledger, args.source)
         if args.run is not None:
             found = ledger.runs(run_id=args.run)
             if not found:
