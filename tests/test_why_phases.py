@@ -21,7 +21,7 @@ from autoscaler.ledger.why import KEEPS_PHASE, PHASE_AFTER
 from autoscaler.service.status import build_status
 from tests.support.ledger_runs import NODES, T0, default_policy
 from tests.support.live import LiveFleet, write_policy
-from tests.support.procs import start_gateway
+from tests.support.procs import gateway
 
 
 def why_json(capsys, url, *args):
@@ -103,12 +103,8 @@ def test_a_restarted_run_carries_the_phase_and_its_cause(tmp_path, capsys):
 
 @pytest.fixture
 def gw(tmp_path):
-    g = start_gateway(tmp_path / "gateway")
-    try:
+    with gateway(tmp_path / "gateway") as g:  # killed by its process group at the end
         yield g
-    finally:
-        g.proc.kill()
-        g.proc.wait(timeout=10)
 
 
 def test_real_fleet_cordoned_group_and_a_restart_why_agrees_with_status(tmp_path, capsys, gw):
