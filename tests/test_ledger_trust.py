@@ -100,30 +100,29 @@ def test_totals_are_the_same_to_the_cent_whatever_the_period_and_rows_add_up(db_
     args = ("--from", "2026-01-05", "--to", "2026-01-19", "--source", "simulation")
     docs = {by: report_json(capsys, db_url, *args, "--by", by) for by in ("day", "week", "month")}
     # The reference, computed here from the intervals alone (default cost model: 240 W active, 3 W off,
-    # PUE 1.3, 0.15 USD/kWh; 110 USD per node and month over 730 h): exact, rounded once.
-    active = sum((Fraction(round((iv.end - iv.start) * 1e6), 10**6) for iv in intervals if iv.state == "active"),
-                 Fraction(0)) / 3600
-    off = 6 * 14 * 24 - active
-    energy = (active * 240 + off * 3) * Fraction(13, 10) / 1000
-    variable = energy * Fraction(15, 100)
-    fixed = Fraction(110 * 6) * 14 * 24 / 730
-    for by, doc in docs.items():
-        t = doc["totals"]
-        assert t["variable_cost"] == _cents(variable), by
-        assert t["fixed_cost"] == _cents(fixed), by
-        assert t["total_cost"] == _cents(variable) + _cents(fixed), by
-        for key in ("node_hours", "energy_kwh", "variable_cost", "fixed_cost", "total_cost", "baseline_variable_cost",
-                    "baseline_total_cost", "saving_variable", "covered_hours"):
-            assert sum((r[key] for r in doc["rows"]), Decimal(0)) == t[key], (by, key)
-    # and this data does exercise the drift: each day's variable cost rounded on its own adds up to
-    # a different total than the exact sum rounded once (what the old per-row rounding printed)
-    def day_variable(day: int) -> Fraction:
+    # PUE 1.3, 0.15 USD/kWh; 110 USD per node and month over 730 h): each day exact, rounded once.
+    def day_figures(day: int) -> tuple[Fraction, Fraction]:
         lo, hi = T0 + day * 24 * H, T0 + (day + 1) * 24 * H
         clip = [(iv.state, max(iv.start, lo), min(iv.end, hi)) for iv in intervals]
         act = sum((Fraction(round((b - a) * 1e6), 10**6) for st, a, b in clip if st == "active" and b > a),
                   Fraction(0)) / 3600
-        return (act * 240 + (144 - act) * 3) * Fraction(13, 10) / 1000 * Fraction(15, 100)
-    assert sum((_cents(day_variable(d)) for d in range(14)), Decimal(0)) != _cents(variable)
+        return (act * 240 + (144 - act) * 3) * Fraction(13, 10) / 1000 * Fraction(15, 100), Fraction(110 * 6 * 24, 730)
+
+    variable = sum((_cents(day_figures(d)[0]) for d in range(14)), Decimal(0))
+    fixed = 14 * _cents(day_figures(0)[1])  # 21.70 a day
+    for by, doc in docs.items():
+        t = doc["totals"]
+        assert t["variable_cost"] == variable, by
+        assert t["fixed_cost"] == fixed == Decimal("303.80"), by
+        assert t["total_cost"] == variable + fixed, by
+        for key in ("node_hours", "energy_kwh", "variable_cost", "fixed_cost", "total_cost", "baseline_variable_cost",
+                    "baseline_total_cost", "saving_variable", "covered_hours"):
+            assert sum((r[key] for r in doc["rows"]), Decimal(0)) == t[key], (by, key)
+    # this data exercises rounding: the days as shown add up to another total than the exact sum
+    # rounded once (which the report no longer prints: a day must read the same in every range)
+    exact = sum((day_figures(d)[0] for d in range(14)), Fraction(0))
+    assert variable != _cents(exact)
+    assert [r["variable_cost"] for r in docs["day"]["rows"]] == [_cents(day_figures(d)[0]) for d in range(14)]
     assert len(docs["day"]["rows"]) == 14 and len(docs["week"]["rows"]) == 2 and len(docs["month"]["rows"]) == 1
     code, out, _ = report(capsys, db_url, *args, "--by", "day", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out, newline="")))

@@ -103,3 +103,19 @@ class WorkerProbe:
         problem = None if running is not None and queued is not None else (
             f"{worker_url}/metrics: no {self.prefix}num_running_reqs/num_queue_reqs")
         return LoadReading(at, running, queued, problem)
+
+    def tokens(self, worker_url: str) -> tuple[float, float] | None:
+        """The worker's token counters (``prompt_tokens_total``, ``generation_tokens_total``, summed
+        over its series), or None when it cannot be read or exports neither. A counter that is
+        absent reads 0 while the other is present."""
+        try:
+            r = self._pool(worker_url).get("/metrics")
+        except (ConnectTimeout, ReadTimeout, ConnectFailed, ProtocolFailed):
+            return None
+        if r.status_code != 200:
+            return None
+        prompt = parse_gauge_sum(r.text, self.prefix + "prompt_tokens_total")
+        generated = parse_gauge_sum(r.text, self.prefix + "generation_tokens_total")
+        if prompt is None and generated is None:
+            return None
+        return prompt or 0.0, generated or 0.0

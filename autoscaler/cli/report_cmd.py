@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "the saving, by day, week or month. Reads the ledger; never changes it.")
     p.add_argument("--db", metavar="URL", help="ledger database (default: $AUTOSCALER_DATABASE_URL, "
                    "else sqlite:///autoscaler.db)")
-    p.add_argument("--from", dest="start", metavar="T", help="start: a date (midnight in --tz) or an ISO 8601 time")
+    p.add_argument("--from", dest="start", metavar="T",
+                   help="start: a date (midnight in --tz) or an ISO 8601 time (without --from/--to/--run: the "
+                        "ledger's only run, if it holds one)")
     p.add_argument("--to", dest="end", metavar="T", help="end (exclusive), like --from")
     p.add_argument("--by", default="day", metavar="{day,week,month}",
                    help="one row per day, week (from Monday) or month (default day)")
@@ -43,8 +45,9 @@ _PERIOD_S = {"day": 86_400, "week": 7 * 86_400, "month": 28 * 86_400}  # the sho
 
 
 def _check_periods(start: float, end: float, by: str, now: float) -> None:
-    """Bad input, before the ledger is opened, for a range of more than MAX_PERIODS rows up to now
-    (periods after now have no rows: a report to 9999-12-31 stops at now)."""
+    """Bad input, before any work, for a range of more than MAX_PERIODS rows up to ``now`` (periods
+    after the data's last moment have no rows: a report to 9999-12-31 stops at now, or at the end
+    of a backtest dated after now: checked again once the runs are known)."""
     def rows(per: str) -> int:
         return int((min(end, now) - start) // _PERIOD_S[per]) + 1
 
@@ -56,9 +59,36 @@ def _check_periods(start: float, end: float, by: str, now: float) -> None:
                        f"narrow --from/--to{coarser}")
 
 
+def _only_run(ledger, source: str | None) -> int:
+    """Without --from/--to/--run: the ledger's only run (of --source, when given), else bad input
+    that lists the runs to choose from."""
+    from autoscaler.core.types import iso
+
+    runs = ledger.runs(source=source or "all")
+    if len(runs) == 1:
+        return runs[0].id
+    where = f" {source}" if source else ""
+    if not runs:
+        raise BadInput(f"--from and --to are required: the ledger holds no{where} run to report by default")
+    listed = "; ".join(f"{r.id} ({r.source}{' ' + repr(r.label) if r.label else ''}, {iso(r.started_at)} to "
+                       f"{iso(r.ended_at) if r.ended_at is not None else 'now'})" for r in runs[:5])
+    more = f"; and {len(runs) - 5} more" if len(runs) > 5 else ""
+    raise BadInput(f"--from and --to are required: the ledger holds {len(runs)}{where} runs ({listed}{more}); "
+                   f"give a range or one run with --run")
+
+
 def _run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler --help` and the other commands need not load them.
-    from autoscaler.ledger.report import build_report, empty_message, parse_when, render, zone
+    from autoscaler.ledger.cost import moment
+    from autoscaler.ledger.report import (
+        build_report,
+        data_horizon,
+        empty_message,
+        left_out_notes,
+        parse_when,
+        render,
+        zone,
+    )
     from autoscaler.ledger.store import Ledger
     if args.format not in FORMATS:
         raise BadInput(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
@@ -69,8 +99,8 @@ def _run(args: argparse.Namespace) -> int:
     tz = zone(args.tz)
     start = parse_when(args.start, tz, "--from") if args.start else None
     end = parse_when(args.end, tz, "--to") if args.end else None
-    if args.run is None and (start is None or end is None):
-        raise BadInput("--from and --to are required (or name one run with --run)")
+    if args.run is None and (start is None) != (end is None):
+        raise BadInput("--from and --to go together (or give neither: the ledger's only run, or name one with --run)")
     if start is not None and end is not None and end <= start:
         raise BadInput("--to must be after --from")
     if start is not None and end is not None:
@@ -81,6 +111,8 @@ def _run(args: argparse.Namespace) -> int:
     # A read: the database is opened read-only and never created or migrated.
     with Ledger(settings.database_url, read_only=True, flag=settings.database_url_from) as ledger:
         source = args.source or "live"
+        if args.run is None and start is None:
+            args.run = _only_run(ledger, args.source)
         if args.run is not None:
             found = ledger.runs(run_id=args.run)
             if not found:
@@ -88,6 +120,8 @@ def _run(args: argparse.Namespace) -> int:
             run = found[0]
             if args.source not in (None, "all", run.source):
                 raise BadInput(f"--run: run {run.id} is a {run.source} run, not {args.source}")
+            if run.incomplete:
+                raise BadInput(f"--run: {run.incomplete_text()}; run the backtest again")
             source = run.source
             start = run.started_at if start is None else start
             end = (run.ended_at or now) if end is None else end
@@ -99,12 +133,15 @@ def _run(args: argparse.Namespace) -> int:
         if not runs and args.run is None:  # say which other sources cover the range, and how to see them
             for r in ledger.runs(source="all", start=start, end=end):
                 others.setdefault(r.source, []).append(r.id)
+        # Rows run to now, or to the end of a backtest dated after it: count them again with that end.
+        _check_periods(start, end, args.by, float(data_horizon(runs, moment(now))))
         data = ledger.period_data(runs, start, end, with_load=args.format == "html")
     report = build_report(data, start, end, by=args.by, tz=tz, source=source, now=now, run_id=args.run,
                           other_sources=others)
     text = render(report, args.format)
-    if report.empty and args.format in ("json", "csv"):  # the page formats say it inside; these on stderr
-        print(empty_message(report), file=sys.stderr)
+    if args.format in ("json", "csv"):  # the page formats say these inside; these two on stderr
+        for line in ([empty_message(report)] if report.empty else []) + left_out_notes(report):
+            print(line, file=sys.stderr)
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8", newline="")

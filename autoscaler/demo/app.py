@@ -22,6 +22,7 @@ from autoscaler.demo.runner import (
     demo_summary,
     new_folder,
     smg_binary,
+    summary_line,
     write_policy,
     write_prometheus_config,
 )
@@ -231,10 +232,7 @@ def run_demo(*, minutes: float, db: str | None, json_out: bool) -> dict[str, Any
             run_id = ledger.runs(source="live")[-1].id
         print(cost_report(db_url, run_id), file=out, end="")
         summary = demo_summary(db_url, run_id, load.outcomes, policy)
-        print(f"demo: {summary['requests_sent']} requests sent, {summary['requests_failed']} failed; "
-              f"{summary['scale_ups']} scale-ups, {summary['scale_downs']} scale-downs; "
-              f"{summary['node_hours']:.4f} node-hours vs {summary['baseline_node_hours']:.4f} always on "
-              f"({summary['savings_pct']}% saved)", file=out)
+        print(summary_line(summary), file=out)
         return summary
     finally:
         fleet.stop_all()

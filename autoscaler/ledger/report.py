@@ -4,8 +4,8 @@ as a table, CSV, JSON, Markdown or one self-contained HTML page.
 ``build_report`` is pure (it gets the ledger's data and ``now``); the ``render_*`` functions turn
 its result into text. Each run is charged with the cost model of the policy in force in it at the
 time (``policy_loads``), so a report reads the same later and runs with different cost models can
-share a period. Money is rounded once per row; totals are the sums of the rounded rows (see
-``cost.py``).
+share a period. Each day's figures are rounded once; weeks, months and totals are the sums of the
+days as shown (``report_rows``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import csv
 import html
 import io
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -27,7 +26,6 @@ from autoscaler.charts import nice_ticks, tick_label, time_ticks
 from autoscaler.core.types import parse_time
 from autoscaler.errors import BadInput
 from autoscaler.ledger.cost import (
-    PLACES,
     Figures,
     FleetSize,
     Prices,
@@ -124,6 +122,9 @@ class Row:
     runs: set[int] = field(default_factory=set)
     period_start: Fraction | None = None  # the whole calendar period (day, week, month) of the row
     period_end: Fraction | None = None
+    # The row's days (in the report's zone; the range's first and last may be partial), each exact:
+    # what is rounded, once per day, so a day reads the same in every report (report_rows).
+    days: list[Figures] = field(default_factory=list)
 
     @property
     def period_hours(self) -> Fraction:
@@ -149,8 +150,12 @@ class Report:
     ceiling_nodes: int
     fixed_monthly: list[tuple[str, Decimal]]  # (currency, monthly fixed cost of the fleet) per cost model
     run_id: int | None = None
+    # The last moment with data: now, or later when a finished run ends after now (a backtest of a
+    # plan dated in the future); rows, coverage and the chart stop here.
+    horizon: Fraction | None = None
     # Runs of other sources in the range (source -> run ids): the hint of an empty report.
     other_sources: dict[str, list[int]] = field(default_factory=dict)
+    left_out: list[RunInfo] = field(default_factory=list)  # incomplete backtests (RunInfo.incomplete)
 
     @property
     def empty(self) -> bool:
@@ -223,16 +228,22 @@ def build_report(
     data: PeriodData, start: float, end: float, *, by: str, tz: ZoneInfo, source: str, now: float,
     run_id: int | None = None, other_sources: dict[str, list[int]] | None = None,
 ) -> Report:
-    """The report of [start, end) from the ledger's data (pure). Refuses overlapping runs."""
+    """The report of [start, end) from the ledger's data (pure). Refuses overlapping runs; leaves
+    out incomplete backtests (``RunInfo.incomplete``), and says so."""
+    left_out = [r for r in data.runs if r.incomplete]
+    if left_out:
+        data = PeriodData([r for r in data.runs if not r.incomplete], data.policies, data.intervals, data.tokens,
+                          data.load)
     refuse_overlaps(data.runs, start, end, now, tz)
     lo_all, hi_all, now_f = moment(start), moment(end), moment(now)
+    horizon = data_horizon(data.runs, now_f)
     currencies: dict[str, list[int]] = {}
     fixed_monthly: dict[tuple[str, Decimal], None] = {}
     ceiling = 0
     for run in data.runs:
         # Only the policies in force within the range: an hour before a currency edit stays reportable
         # in its own currency, whatever the run did later (a live edit, or one reverted since).
-        for p in _policies_within(data.policies.get(run.id, []), lo_all, min(hi_all, now_f), now_f):
+        for p in _policies_within(data.policies.get(run.id, []), lo_all, min(hi_all, horizon), now_f):
             currencies.setdefault(p.cost["currency"], []).append(run.id)
             prices, size = Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet)
             monthly = prices.fixed_monthly_per_node * size.nodes + prices.fixed_monthly_fleet
@@ -241,22 +252,29 @@ def build_report(
     if len(currencies) > 1:
         which = "; ".join(f"{c}: runs {', '.join(map(str, sorted(set(ids))))}" for c, ids in currencies.items())
         raise BadInput(f"the runs in this period use different currencies ({which}); "
-                       + _currency_advice(data, lo_all, min(hi_all, now_f), now_f, tz))
+                       + _currency_advice(data, lo_all, min(hi_all, horizon), now_f, tz))
     rows: list[Row] = []
-    for b0, b1, p0, p1 in periods(lo_all, hi_all, by, tz, stop=now_f):
-        if b0 >= now_f:
+    for b0, b1, p0, p1 in periods(lo_all, hi_all, by, tz, stop=horizon):
+        if b0 >= horizon:
             break
         row = Row(b0, b1, Figures(), period_start=p0, period_end=p1)
-        for run in data.runs:
-            for p in data.policies.get(run.id, []):
-                s0 = moment(p.start)
-                s1 = now_f if p.end is None else moment(p.end)
-                lo, hi = max(b0, s0), min(b1, s1, now_f)
-                if hi <= lo:
-                    continue
-                usage = usage_between(data.intervals.get(run.id, []), data.tokens.get(run.id, []), lo, hi, now_f)
-                row.figures = row.figures + cost_of(usage, Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet))
-                row.runs.add(run.id)
+        for d0, d1 in buckets(b0, b1, "day", tz):
+            day = Figures()
+            for run in data.runs:
+                for p in data.policies.get(run.id, []):
+                    s0 = moment(p.start)
+                    s1 = now_f if p.end is None else moment(p.end)
+                    lo, hi = max(d0, s0), min(d1, s1)  # s1: the policy's end, or now while it runs
+                    if hi <= lo:
+                        continue
+                    usage = usage_between(data.intervals.get(run.id, []), data.tokens.get(run.id, []), lo, hi,
+                                          now_f)
+                    day = day + cost_of(usage, Prices.from_cost(p.cost), FleetSize.from_fleet(p.fleet))
+                    row.runs.add(run.id)
+            row.days.append(day)
+            row.figures = row.figures + day
+        # An interval open across several days is one interval of the row, not one per day.
+        row.figures.open_intervals = max((d.open_intervals for d in row.days), default=0)
         rows.append(row)
     if not any(r.runs for r in rows):
         rows = []
@@ -267,10 +285,17 @@ def build_report(
     return Report(
         start=lo_all, end=hi_all, source=source, by=by, tz=tz, now=now_f,
         currency=next(iter(currencies), None), rows=rows, runs=list(data.runs), open_intervals=open_count,
-        active_nodes=_active_steps(data, lo_all, min(hi_all, now_f), now_f), load=list(data.load),
+        active_nodes=_active_steps(data, lo_all, min(hi_all, horizon), now_f), load=list(data.load),
         ceiling_nodes=ceiling, fixed_monthly=list(fixed_monthly), run_id=run_id,
-        other_sources=dict(other_sources or {}),
+        other_sources=dict(other_sources or {}), left_out=left_out, horizon=horizon,
     )
+
+
+def data_horizon(runs: list[RunInfo], now: Fraction) -> Fraction:
+    """Now, or the latest end of a finished run when it is later: a backtest dated after today (a
+    plan for next March, a trace shifted to 2099) is reported like any other; hours after it hold
+    nothing, so no rows are built for them (a range to 9999-12-31 stays short)."""
+    return max([now] + [moment(r.ended_at) for r in runs if r.ended_at is not None])
 
 
 def _active_steps(data: PeriodData, lo: Fraction, hi: Fraction, now: Fraction) -> list[tuple[float, int]]:
@@ -318,30 +343,30 @@ def _exact(fig: Figures) -> dict[str, Fraction]:
     }
 
 
-def allocate(values: list[Fraction], kind: str) -> list[Decimal]:
-    """``values`` rounded to the places of ``kind`` so that they add up to their exact sum rounded
-    once (largest remainder). E.g. three days of 1/3 cent each: exact sum 1 cent -> 0.01, 0, 0 (not
-    0, 0, 0, which would lose the cent, nor a total of 0.00 that depends on the rows)."""
-    scale = 10 ** PLACES[kind]
-    total = rounded(sum(values, Fraction(0)), kind)
-    target = int(total.scaleb(PLACES[kind]))
-    units = [math.floor(v * scale) for v in values]
-    left = target - sum(units)
-    # the rows whose rounding lost most get the units left over; ties go to the earlier row
-    order = sorted(range(len(values)), key=lambda i: (-(values[i] * scale - units[i]), i))
-    for i in order[:max(0, left)]:
-        units[i] += 1
-    quantum = Decimal(1).scaleb(-PLACES[kind])
-    return [(Decimal(u) * quantum).quantize(quantum) for u in units]
+def shown_day(day: Figures) -> dict[str, Decimal]:
+    """A day's figures as shown: each rounded once, from its exact value, to the places of its kind
+    (cost.PLACES). The same day rounds the same way in every report."""
+    return {k: rounded(v, _PRIMITIVES[k]) for k, v in _exact(day).items()}
 
 
-def _pct_of(part: Decimal, whole: Fraction) -> Decimal | None:
-    return rounded(Fraction(part) / whole * 100, "pct") if whole else None
+def _sum_parts(parts: list[dict[str, Decimal]]) -> dict[str, Decimal]:
+    return {k: sum((p[k] for p in parts), Decimal(0)) for k in _PRIMITIVES}
+
+
+def _saving_pct_node_hours(fig: Figures) -> Fraction | None:
+    """The share of the always-on node-hours not switched on: the saving ``simulate`` and ``demo``
+    report. Larger than the saving on variable cost, since stopped nodes still draw idle or off
+    power: 14.1% of node-hours can be 13.9% of variable cost."""
+    if not fig.baseline_node_hours:
+        return None
+    return 100 * (fig.baseline_node_hours - fig.node_hours) / fig.baseline_node_hours
 
 
 def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, parts: dict[str, Decimal],
-                period_hours: Fraction) -> dict[str, Any]:
-    """One row for output: ``parts`` are the rounded primitives; the rest is derived from them."""
+                period_hours: Fraction, coverage_of: str) -> dict[str, Any]:
+    """One row for output: ``parts`` are the rounded primitives; the rest is derived from them.
+    ``coverage_of``: what ``coverage_pct`` is a share of: the row's whole day, week or month, or
+    (the totals) the range asked."""
     total = parts["variable_cost"] + parts["fixed_cost"]
     base_total = parts["baseline_variable_cost"] + parts["fixed_cost"]
     return {
@@ -357,6 +382,7 @@ def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, part
         "saving_variable": parts["baseline_variable_cost"] - parts["variable_cost"],
         "saving_pct_variable": rounded(fig.saving_pct_variable, "pct"),
         "saving_pct_total": rounded(fig.saving_pct_total, "pct"),
+        "saving_pct_node_hours": rounded(_saving_pct_node_hours(fig), "pct"),
         "node_hours_by_state": {
             "active": parts["node_hours_active"], "idle": parts["node_hours_idle"], "off": parts["node_hours_off"],
         },
@@ -365,7 +391,8 @@ def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, part
         "period_hours": rounded(period_hours, "hours"),
         # the share of the row's whole calendar period (or of the asked range, for the totals) that
         # the ledger covers: every figure of the row is for these hours only
-        "coverage_pct": _pct_of(parts["covered_hours"], period_hours),
+        "coverage_pct": rounded(fig.span_hours / period_hours * 100, "pct") if period_hours else None,
+        "coverage_of": coverage_of,
         "prompt_tokens": int(parts["prompt_tokens"]),
         "generation_tokens": int(parts["generation_tokens"]),
         "cost_per_million_tokens": rounded(fig.cost_per_million_tokens, "per_token"),
@@ -373,26 +400,29 @@ def _row_values(start: Fraction, end: Fraction, fig: Figures, tz: ZoneInfo, part
         # the exact shares, for formats that show them with fewer places (rounded once, from these)
         "_exact_pct": {
             "saving_pct_variable": fig.saving_pct_variable, "saving_pct_total": fig.saving_pct_total,
+            "saving_pct_node_hours": _saving_pct_node_hours(fig),
             "coverage_pct": fig.span_hours / period_hours * 100 if period_hours else None,
         },
     }
 
 
 def report_rows(report: Report) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The rows and the totals as output values (Decimals). The totals are the exact sums rounded
-    once; the rows are rounded to add up to them (``allocate``)."""
-    exact_total = report.totals
-    sums = {k: rounded(v, _PRIMITIVES[k]) for k, v in _exact(exact_total).items()}
-    exact_rows = [_exact(row.figures) for row in report.rows]
-    shown = {k: allocate([r[k] for r in exact_rows], kind) for k, kind in _PRIMITIVES.items()}
-    rows = []
-    for i, row in enumerate(report.rows):
-        parts = {k: shown[k][i] for k in _PRIMITIVES}
-        out = _row_values(row.start, row.end, row.figures, report.tz, parts, row.period_hours)
+    """The rows and the totals as output values (Decimals). Each day is rounded once (``shown_day``);
+    a week or month row is the sum of its days as shown, and the totals the sum of the rows. So a
+    day's figures do not change with the range asked, every column adds up to its total to the last
+    digit, and the totals are the same by day, week or month. (The totals may differ from the exact
+    sum rounded once by a few cents: 14 days of 21.6986 fixed cost show 21.70 each, 303.80 in total.)
+    Shares (%, cost per million tokens) are not sums: each is computed from its row's exact figures."""
+    rows, row_parts = [], []
+    for row in report.rows:
+        parts = _sum_parts([shown_day(day) for day in row.days])
+        out = _row_values(row.start, row.end, row.figures, report.tz, parts, row.period_hours, report.by)
         out["runs"] = sorted(row.runs)
         rows.append(out)
-    asked = (min(report.end, report.now) - report.start) / 3600 if report.now > report.start else Fraction(0)
-    totals = _row_values(report.start, report.end, exact_total, report.tz, sums, asked)
+        row_parts.append(parts)
+    horizon = report.now if report.horizon is None else report.horizon
+    asked = (min(report.end, horizon) - report.start) / 3600 if horizon > report.start else Fraction(0)
+    totals = _row_values(report.start, report.end, report.totals, report.tz, _sum_parts(row_parts), asked, "range")
     totals["open_intervals"] = report.open_intervals
     totals["runs"] = sorted({r for row in report.rows for r in row.runs})
     return rows, totals
@@ -430,8 +460,8 @@ def render_json(report: Report) -> str:
 CSV_COLUMNS = (
     "period", "start", "end", "node_hours", "node_hours_idle", "node_hours_off", "energy_kwh", "variable_cost",
     "fixed_cost", "total_cost", "baseline_node_hours", "baseline_variable_cost", "baseline_total_cost",
-    "saving_variable", "saving_pct_variable", "saving_pct_total", "covered_hours", "period_hours", "coverage_pct",
-    "prompt_tokens", "generation_tokens", "cost_per_million_tokens", "open_intervals", "currency",
+    "saving_variable", "saving_pct_variable", "saving_pct_total", "saving_pct_node_hours", "covered_hours",
+    "period_hours", "coverage_pct", "coverage_of", "prompt_tokens", "generation_tokens", "cost_per_million_tokens", "open_intervals", "currency",
 )  # fmt: skip
 
 
@@ -497,10 +527,15 @@ def empty_message(report: Report) -> str:
     return text
 
 
+def left_out_notes(report: Report) -> list[str]:
+    return [f"Left out: {r.incomplete_text()}." for r in report.left_out]
+
+
 def _notes(report: Report) -> list[str]:
     notes = []
     if report.empty:
-        return [empty_message(report)]
+        return [empty_message(report)] + left_out_notes(report)
+    notes += left_out_notes(report)
     rows, totals = report_rows(report)
     if report.open_intervals:
         notes.append(f"* {report.open_intervals} node interval(s) were still open: they are counted up to "
@@ -511,6 +546,8 @@ def _notes(report: Report) -> list[str]:
         f"{'run' if len(runs) == 1 else 'runs'} {', '.join(map(str, runs))} recorded, of the "
         f"{_hours(totals['period_hours'])} hours asked for ({_pct(totals['_exact_pct']['coverage_pct'])} covered)."
     )
+    notes.append(f"Covered: on a row, the share of its whole {report.by} that runs recorded; on TOTAL, the share "
+                 f"of the hours asked for (--from to --to, up to the last recorded hour).")
     partial = [r for r in rows if r["coverage_pct"] is None or r["coverage_pct"] < 100]
     if partial:
         notes.append(f"{len(partial)} of {len(rows)} rows cover less than their whole {report.by} (column "
@@ -519,7 +556,8 @@ def _notes(report: Report) -> list[str]:
     notes.append("Variable cost is what turning nodes off saves (power and node-hour fees); fixed cost "
                  "(capital, support) is paid either way, so the saving on total cost is smaller.")
     notes.append("Baseline = the policy's ceiling always on over the same hours. A month counts as 730 hours. "
-                 "Figures are exact until shown; rows are rounded so that they add up to the totals.")
+                 "Each day is rounded once, from exact figures, so it reads the same in any report; weeks, "
+                 "months and the totals are sums of the days as shown, so every column adds up.")
     return notes
 
 
@@ -561,7 +599,15 @@ def _headline(report: Report) -> list[str]:
         f"{_money(totals['fixed_cost'])}); always on at the ceiling: {_money(totals['baseline_total_cost'])} {cur}.",
         f"Saving: {_money(totals['saving_variable'])} {cur} = {_pct(totals['_exact_pct']['saving_pct_variable'])} of variable "
         f"cost, {_pct(totals['_exact_pct']['saving_pct_total'])} of total cost.",
+        node_hours_sentence(totals),
     ]
+
+
+def node_hours_sentence(totals: dict[str, Any]) -> str:
+    """How the money saving relates to the node-hours saving that ``simulate`` and ``demo`` print."""
+    return (f"Node-hours: {totals['node_hours']:,.2f} switched on of {totals['baseline_node_hours']:,.2f} always on, "
+            f"{_pct(totals['_exact_pct']['saving_pct_node_hours'])} fewer (the 'saving' simulate and demo print); "
+            f"the saving on variable cost differs because stopped nodes still draw idle or off power.")
 
 
 def _title(report: Report) -> str:
@@ -619,7 +665,7 @@ def chart_svg(report: Report) -> str:
     round ticks, the time axis ticks on round local times without seconds (``charts``)."""
     w, h, ml, mr, mt, mb = 900, 330, 56, 64, 34, 40
     pw, ph = w - ml - mr, h - mt - mb
-    lo, hi = float(report.start), float(min(report.end, report.now))
+    lo, hi = float(report.start), float(min(report.end, report.now if report.horizon is None else report.horizon))
     if hi <= lo:
         hi = lo + 1
     x = lambda t: ml + (min(max(t, lo), hi) - lo) / (hi - lo) * pw  # noqa: E731
@@ -736,7 +782,7 @@ def render_html(report: Report) -> str:
         f"{_money(totals['baseline_total_cost'])} {cur}.</p>"
         f"<p><b>Why two percentages?</b> Switching nodes off only reduces the variable part, so the saving is "
         f"{_pct(pv)} of the variable costs but only {_pct(pt)} of the total cost: the fixed costs are the "
-        f"same in both cases.</p>"
+        f"same in both cases. {esc(node_hours_sentence(totals))}</p>"
     )
     cells, _ = _cells(report)
     table = ["<table><thead><tr>" + "".join(f"<th>{esc(t)}</th>" for t in _HTML_TITLES) + "</tr></thead><tbody>"]

@@ -22,17 +22,19 @@ A live run that was never ended (the controller crashed) is closed by the next l
 ``start_run``: its open intervals end where the new run starts, the nodes being assumed to have
 kept their state meanwhile; the new run declares what it finds.
 
-Simulator (one transaction for a whole backtest: ~80,000 decisions take about a second)::
+Simulator (one transaction for a whole backtest, the run and its end included: interrupted or
+failing, it leaves nothing; ~80,000 decisions take a few seconds)::
 
-    run = ledger.start_run("simulation", loaded_policy, at=trace_start, label="azure-conv")
-    ids = ledger.record_bulk(
-        run,
+    run = ledger.record_run(
+        "simulation", loaded_policy, start=trace_start, end=trace_end, label="azure-conv",
         decisions=[(t, decision), ...],                   # (time, core Decision) in tick order
         events=[GroupEvent(t, "g3", "started", decision_index=i), ...],  # i: index in decisions
         intervals=[NodeInterval("spark-5", "g3", "active", start, end), ...],
         tokens=[TokenCount(start, end, prompt_tokens, generation_tokens), ...],
     )
-    ledger.end_run(run, at=trace_end)
+
+(``start_run`` + ``record_bulk`` + ``end_run`` are three transactions: a run interrupted between
+them has no intervals, and reports refuse it as incomplete.)
 
 Intervals are what costs are computed from: hand over every node of the fleet for the whole run
 (``active`` while its group starts, serves, drains or stops, or is up after a failure; ``idle``
@@ -64,6 +66,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from autoscaler.core.types import Decision
 from autoscaler.errors import RuntimeFailure
+from autoscaler.faults import fault_point
 from autoscaler.ledger.models import (
     GROUP_EVENTS,
     NODE_STATES,
@@ -166,6 +169,18 @@ class RunInfo:
     ended_at: float | None
     policy_sha256: str
     end_note: str | None = None
+
+    @property
+    def incomplete(self) -> bool:
+        """A backtest that never ended: one interrupted between the three transactions an autoscaler
+        older than ``record_run`` wrote it in. Its intervals may be missing, so its figures are not
+        true (reports leave it out; ``--run`` refuses it)."""
+        return self.source == "simulation" and self.ended_at is None
+
+    def incomplete_text(self) -> str:
+        label = f" {self.label!r}" if self.label else ""
+        return (f"run {self.id} ({self.source}{label}) was never completed (a backtest interrupted while it was "
+                f"written, by an older autoscaler): its figures would not be true")
 
 
 @dataclass(frozen=True)
@@ -408,17 +423,9 @@ class Ledger:
         A live (or advisory) run also ends every earlier run of its source that was never ended
         (a crash, or a leader that lost its lease), closing their open intervals at ``at``.
         """
-        if source not in SOURCES:
-            raise ValueError(f"source {source!r} is not one of {', '.join(SOURCES)}")
         text, sha, parsed, path = _policy_parts(policy)
         with self._write() as conn:
-            self._ensure_policy_version(conn, text, sha, parsed, path, at)
-            run_id = conn.execute(
-                insert(Run).returning(Run.id),
-                {"source": source, "label": label, "started_at": at, "ended_at": None,
-                 "policy_sha256": sha, "created_at": time.time(), "instance": instance},
-            ).scalar_one()
-            conn.execute(insert(PolicyLoad), {"run_id": run_id, "policy_sha256": sha, "at": at})
+            run_id = self._open_run(conn, source, (text, sha, parsed, path), at, label, instance)
             if source in ("live", "advisory"):
                 stale = conn.execute(
                     select(Run.id).where(Run.source == source, Run.ended_at.is_(None), Run.id != run_id,
@@ -426,6 +433,50 @@ class Ledger:
                 ).scalars().all()
                 for old in stale:
                     self._close_run(conn, old, at, f"superseded by run {run_id} (it was never ended)")
+        self._policy_of_run[run_id] = sha
+        self._nodes_of_run[run_id] = fleet_shape(parsed)["groups"]
+        return run_id
+
+    def _open_run(self, conn: Connection, source: str, parts: tuple[str, str, Policy, str | None], at: float,
+                  label: str | None, instance: str | None) -> int:
+        if source not in SOURCES:
+            raise ValueError(f"source {source!r} is not one of {', '.join(SOURCES)}")
+        text, sha, parsed, path = parts
+        self._ensure_policy_version(conn, text, sha, parsed, path, at)
+        run_id = conn.execute(
+            insert(Run).returning(Run.id),
+            {"source": source, "label": label, "started_at": at, "ended_at": None,
+             "policy_sha256": sha, "created_at": time.time(), "instance": instance},
+        ).scalar_one()
+        conn.execute(insert(PolicyLoad), {"run_id": run_id, "policy_sha256": sha, "at": at})
+        return run_id
+
+    def record_run(
+        self,
+        source: str,
+        policy: LoadedPolicy | tuple[str, str],
+        *,
+        start: float,
+        end: float,
+        label: str | None = None,
+        decisions: Sequence[tuple[float, Decision]] = (),
+        events: Sequence[GroupEvent] = (),
+        intervals: Sequence[NodeInterval] = (),
+        tokens: Sequence[TokenCount] = (),
+    ) -> int:
+        """A whole finished run (a backtest) in one transaction: the run and its policy, every
+        decision, event, interval and token count (as ``record_bulk``), and its end. Interrupted (a
+        signal) or failing (a full disk), it leaves nothing behind: never a run without its node
+        intervals, which a report would charge nothing and call a 100% saving. Returns the run id."""
+        if source not in SOURCES:
+            raise ValueError(f"source {source!r} is not one of {', '.join(SOURCES)}")
+        self._check_bulk(decisions, events)
+        text, sha, parsed, path = _policy_parts(policy)
+        with self._write() as conn:
+            run_id = self._open_run(conn, source, (text, sha, parsed, path), start, label, None)
+            fault_point("backtest_write:run_inserted")
+            self._insert_bulk(conn, run_id, sha, decisions, events, intervals, tokens)
+            self._close_run(conn, run_id, end, None)
         self._policy_of_run[run_id] = sha
         self._nodes_of_run[run_id] = fleet_shape(parsed)["groups"]
         return run_id
@@ -601,35 +652,46 @@ class Ledger:
         tokens: Sequence[TokenCount] = (),
         policy_sha: str | None = None,
     ) -> list[int]:
-        """Write a whole schedule in one transaction; returns the decisions' ids in order."""
+        """Write a whole schedule in one transaction; returns the decisions' ids in order. (A
+        backtest writes its run, this and its end in one transaction: ``record_run``.)"""
+        self._check_bulk(decisions, events)
+        with self._write() as conn:
+            return self._insert_bulk(conn, run_id, policy_sha or self._run_policy(conn, run_id), decisions, events,
+                                     intervals, tokens)
+
+    @staticmethod
+    def _check_bulk(decisions: Sequence[tuple[float, Decision]], events: Sequence[GroupEvent]) -> None:
         for e in events:
             if e.decision_index is not None and not 0 <= e.decision_index < len(decisions):
                 raise ValueError(f"event {e.event} of {e.group} names decision_index {e.decision_index}, "
                                  f"but {len(decisions)} decisions were given")
-        with self._write() as conn:
-            sha = policy_sha or self._run_policy(conn, run_id)
-            ids = self._allocate_decision_ids(conn, len(decisions))
-            if decisions:
-                rows = []
-                for new_id, (at, d) in zip(ids, decisions):
-                    row = _decision_row(run_id, at, d, sha)
-                    row["id"] = new_id
-                    rows.append(row)
-                bulk_insert(conn, DecisionRow, rows)
-            if events:
-                conn.execute(insert(GroupEventRow), [
-                    {"run_id": run_id, "at": e.at, "group_name": e.group, "event": e.event, "detail": e.detail,
-                     "decision_id": ids[e.decision_index] if e.decision_index is not None else e.decision_id}
-                    for e in events
-                ])
-            if intervals:
-                conn.execute(insert(NodeIntervalRow), [
-                    {"run_id": run_id, "node": i.node, "group_name": i.group, "state": i.state,
-                     "start_at": i.start, "end_at": i.end}
-                    for i in intervals
-                ])
-            if tokens:
-                conn.execute(insert(TokenCountRow), [self._token_row(run_id, t) for t in tokens])
+
+    def _insert_bulk(
+        self, conn: Connection, run_id: int, sha: str, decisions: Sequence[tuple[float, Decision]],
+        events: Sequence[GroupEvent], intervals: Sequence[NodeInterval], tokens: Sequence[TokenCount],
+    ) -> list[int]:
+        ids = self._allocate_decision_ids(conn, len(decisions))
+        if decisions:
+            rows = []
+            for new_id, (at, d) in zip(ids, decisions):
+                row = _decision_row(run_id, at, d, sha)
+                row["id"] = new_id
+                rows.append(row)
+            bulk_insert(conn, DecisionRow, rows)
+        if events:
+            conn.execute(insert(GroupEventRow), [
+                {"run_id": run_id, "at": e.at, "group_name": e.group, "event": e.event, "detail": e.detail,
+                 "decision_id": ids[e.decision_index] if e.decision_index is not None else e.decision_id}
+                for e in events
+            ])
+        if intervals:
+            conn.execute(insert(NodeIntervalRow), [
+                {"run_id": run_id, "node": i.node, "group_name": i.group, "state": i.state,
+                 "start_at": i.start, "end_at": i.end}
+                for i in intervals
+            ])
+        if tokens:
+            conn.execute(insert(TokenCountRow), [self._token_row(run_id, t) for t in tokens])
         return ids
 
     @staticmethod

@@ -16,16 +16,36 @@ from autoscaler.core.types import iso
 from autoscaler.errors import BadInput
 from autoscaler.ledger.store import DecisionInfo, EventInfo, Ledger, RunInfo
 
-# The phase a group is in after each event.
+# The phase a group is in after each event that changes it. ``registering`` is a step inside
+# ``starting`` (as /status shows it: the phase and its ``since`` are the records' own, so `why` and
+# `status` name the same instant); ``stopping`` is the stop command issued (live), ``drained`` the
+# backtest's stop. Every event of models.GROUP_EVENTS is either here or in KEEPS_PHASE (a test checks).
 PHASE_AFTER = {
     "started": "starting",
+    "registering": "starting",
     "ready": "ready",
     "drain_started": "draining",
     "drain_cancelled": "ready",
     "drained": "stopping",
+    "stopping": "stopping",
     "stopped": "off",
     "failed": "failed",
+    "adopted": "starting",  # or ready: see phase_after
 }
+# Events that mark a group without changing its phase: a cordon (the core then drains it), an
+# uncordon, a gateway that got a ready group back, a stray gateway entry removed from an off group.
+KEEPS_PHASE = frozenset({"cordoned", "uncordoned", "reregistered", "removed"})
+
+
+def phase_after(event: EventInfo) -> str | None:
+    """The phase a group is in after ``event`` (None: the event does not change it). An adopted
+    worker the gateway already listed healthy is ready; one found running outside it starts
+    (service.executor._settle_off writes the two with these details)."""
+    if event.event in KEEPS_PHASE:
+        return None
+    if event.event == "adopted" and event.detail.startswith("the gateway lists"):
+        return "ready"
+    return PHASE_AFTER[event.event]
 ON_PHASES = ("starting", "ready", "draining", "stopping")
 # The inputs worth quoting, in this order, with their words.
 NUMBERS = (
@@ -126,16 +146,23 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
     intervals = {iv.node: iv for iv in ledger.intervals_at(run.id, at) if iv.group == group}
     node_info = [{"node": n, "state": intervals[n].state if n in intervals else "unknown",
                   "since": iso(intervals[n].start) if n in intervals else None} for n in nodes]
-    last = events[-1] if events else None
+    history = [e for e in events if phase_after(e) is not None]
+    carried_from: RunInfo | None = None
+    if not history and run.source in ("live", "advisory"):
+        # A restarted controller keeps its groups (their records outlive the run): the phase comes from
+        # the event an earlier run of the same source recorded, as /status's ``since`` does.
+        carried_from, history = _earlier_phase_events(ledger, run, group)
+    last = history[-1] if history else None
+    marks = [e for e in events if e.event in ("cordoned", "uncordoned")]
     cause_event = None
     since: float | None
     if last is not None:
-        phase, since = PHASE_AFTER[last.event], last.at
+        phase, since = phase_after(last) or "unknown", last.at
         # The decision behind the phase: a start for starting/ready, a drain for the rest.
         wanted = ("started",) if phase in ("starting", "ready") else ("drain_started", "started")
         if last.event == "drain_cancelled":
             wanted = ("drain_cancelled", "started")
-        for e in reversed(events):
+        for e in reversed(history):
             if e.event in wanted and (e.decision_id is not None or e.event == wanted[0]):
                 cause_event = e
                 break
@@ -158,7 +185,9 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
     # What kept it on is counted from what turned it on: the decision that started it (excluded), or
     # the start of the run when it was on from the beginning; every decision up to ``at`` counts,
     # the holds and the ones that acted on other groups alike.
-    if cause is not None:
+    if carried_from is not None:  # this run's decisions only: the count starts with it
+        counted_from = run.started_at
+    elif cause is not None:
         counted_from = cause.at
     elif cause_event is not None:
         counted_from = cause_event.at
@@ -176,17 +205,23 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
     if cause is not None and cause_event is not None:
         verb = {"started": "started", "drain_started": "drained", "drain_cancelled": "taken back into service"}[
             cause_event.event]
-        lines.append(f"It was {verb} at {iso(cause_event.at)} by {decision_text(cause)}.")
+        lines.append(f"It was {verb} at {iso(cause_event.at)} by {decision_text(cause)}"
+                     + (f" (in {carried_from.source} run {carried_from.id}, before the restart that began run "
+                        f"{run.id} at {iso(run.started_at)})." if carried_from is not None else "."))
     elif cause_event is not None:
         lines.append(f"It was {cause_event.event.replace('_', ' ')} at {iso(cause_event.at)} without a recorded "
-                     f"decision (an operator or the reconciler).")
+                     f"decision (an operator or the reconciler)"
+                     + (f", in run {carried_from.id}." if carried_from is not None else "."))
+    elif last is not None and carried_from is not None:
+        lines.append(f"It has been {phase} since {iso(last.at)} ({last.event.replace('_', ' ')} in "
+                     f"{carried_from.source} run {carried_from.id}, before the restart that began run {run.id}).")
     elif since is not None and last is None:
         lines.append(f"It was already {'on' if on else 'off'} when run {run.id} started at {iso(run.started_at)}; "
                      f"no decision in this run changed it before {iso(at)}.")
     if on and phase in ("starting", "ready"):
         held = sum(holds.values())
         if decisions_since:
-            what = "it was started" if cause_event is not None else f"run {run.id} started"
+            what = "it was started" if cause_event is not None and carried_from is None else f"run {run.id} started"
             counts = ", ".join(f"{r} {n}" for r, n in sorted(holds.items(), key=lambda kv: (-kv[1], kv[0])))
             text = (f"It stayed on: since {what} at {iso(counted_from)}, {decisions_since} "
                     f"decision{'s were' if decisions_since != 1 else ' was'} taken up to {iso(at)}: {held} held")
@@ -197,8 +232,21 @@ def explain_group(ledger: Ledger, run: RunInfo, group: str, nodes: list[str], at
         if acted:
             lines.append("Decisions that acted since then (on other groups): "
                          + "; ".join(f"#{d.id} {d.action} {d.group or ''} ({d.reason}) at {iso(d.at)}" for d in acted))
+    if marks and marks[-1].event == "cordoned":  # kept out of service: say by whom and why
+        lines.append(f"It was cordoned at {iso(marks[-1].at)}" + (f": {marks[-1].detail}." if marks[-1].detail else "."))
     return GroupAnswer(group, phase, on, since, node_info, last, cause, cause_event, holds, acted, " ".join(lines),
                        counted_from, decisions_since)
+
+
+def _earlier_phase_events(ledger: Ledger, run: RunInfo, group: str) -> tuple[RunInfo | None, list[EventInfo]]:
+    """The newest earlier run of ``run``'s source that recorded a phase of ``group``, and its
+    phase-changing events for the group up to ``run``'s start (None, [] when none did)."""
+    earlier = [r for r in ledger.runs(source=run.source, end=run.started_at) if r.id != run.id]
+    for prior in reversed(earlier):
+        found = [e for e in ledger.events(prior.id, end=run.started_at, group=group) if phase_after(e) is not None]
+        if found:
+            return prior, found
+    return None, []
 
 
 def why_at(ledger: Ledger, at: float, *, source: str = "live", group: str | None = None,
@@ -217,6 +265,8 @@ def why_at(ledger: Ledger, at: float, *, source: str = "live", group: str | None
                     f"{src} runs ({', '.join(map(str, ids))}) were: see them with --source {src}"
                     for src, ids in sorted(others.items()))
         return {"at": iso(at), "run": None, "groups": [], "last_decisions": [], "message": message}
+    if run.incomplete:  # no intervals, maybe no decisions: "0 nodes active" would not be true
+        raise BadInput(f"{run.incomplete_text()}; run the backtest again")
     fleet = ledger.fleet_of_run(run.id, at)
     groups = fleet["groups"]
     if group is not None and group not in groups:

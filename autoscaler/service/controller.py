@@ -37,7 +37,8 @@ from autoscaler.ledger.store import Ledger
 from autoscaler.policy.loader import LoadedPolicy
 from autoscaler.policy.model import Policy
 from autoscaler.service.controls import Controls, policy_with_pin, with_cordons
-from autoscaler.service.executor import Executor, RecordsUnavailable, TickReport
+from autoscaler.service.executor import SERVED, Executor, RecordsUnavailable, TickReport
+from autoscaler.service.tokens import TokenMeter
 from autoscaler.service.warmstart import WarmStart
 
 log = logging.getLogger("autoscaler.controller")
@@ -119,6 +120,11 @@ class Controller:
         self.executor = executor_factory(self.policy, self.live, self.run_id, epoch)
         self.executor.recheck = self._recheck
         self._init_node_states(now)
+        # Tokens served (for the ledger's cost per million tokens), read from the workers the
+        # executor knows may serve. The advisory shadow fleet's groups are not the real ones: none.
+        self.tokens: TokenMeter | None = None
+        if isinstance(self.executor, Executor):
+            self.tokens = TokenMeter(self.executor.probe.tokens, self._record_tokens)
         self.controls = Controls()
         self.last_decision: Decision | None = None
         self.last_decision_at: float | None = None
@@ -188,7 +194,20 @@ class Controller:
             self.signals.set_policy(loaded.policy)
         self.save_policy_state(error=None, loaded=True)
 
+    def _record_tokens(self, start: float, end: float, prompt: int, generation: int, group: str) -> None:
+        self.ledger.record_tokens(self.run_id, start, end, prompt, generation, group=group)
+
+    def _meter_tokens(self, now: float) -> None:
+        if self.tokens is None or not isinstance(self.executor, Executor):
+            return
+        records = self.executor.records
+        serving = {g.name: g.worker_url for g in self.policy.fleet.groups
+                   if g.name in records and records[g.name].phase in SERVED}
+        self.tokens.observe(now, serving, list(records))
+
     def end(self, note: str) -> None:
+        if self.tokens is not None:
+            self.tokens.flush(self.clock())
         try:
             self.ledger.end_run(self.run_id, self.clock(), note)
         except RuntimeFailure as exc:
@@ -243,6 +262,7 @@ class Controller:
             log.warning("gateway unusable: %s", report.gateway_problem)
         for sample in report.startup_samples:
             self.memory = record_startup(self.memory, sample)
+        self._meter_tokens(self.clock())
         fleet = self._fleet()
         now = self.clock()
         snapshot = self.last_snapshot or SignalSnapshot(now, {}, GroupSignals())
