@@ -237,3 +237,63 @@ def test_sighup_rereads_the_policy_and_keeps_running(tmp_path, workers):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ------------------------------------------------------------------------------ 10: advisory, a group off
+@pytest.mark.parametrize("source", ["prometheus", "direct"])
+def test_advisory_with_a_group_off_in_the_real_fleet_decides(tmp_path, workers, source):
+    """Before: advisory mode with one real group off returned ``signal_unavailable`` every tick
+    (the shadow fleet starts with every group ready, so the off group's absent series were a
+    problem). A real group with no series at all (Prometheus: its target is down; direct: its
+    worker refuses connections) is off in the real fleet: demand from it is 0, not unknown."""
+    from autoscaler.adapters.prometheus import read_signals
+    from autoscaler.ledger.store import Ledger
+    from autoscaler.policy.loader import load_policy
+    from tests.support.prometheus import running_prometheus
+
+    off_port = free_port()  # g3's worker: nothing listens
+    policy = write_policy_advisory(tmp_path / "p.yaml", [workers[0].port, workers[1].port, off_port])
+    db = f"sqlite:///{tmp_path}/l.db"
+    argv = [PYTHON, "-m", "autoscaler", "run", "--policy", str(policy), "--db", db, "--once",
+            "--gateway", f"http://127.0.0.1:{free_port()}"]
+    with contextlib.ExitStack() as stack:
+        if source == "prometheus":
+            prom = stack.enter_context(running_prometheus(
+                [f"127.0.0.1:{p}" for p in (workers[0].port, workers[1].port, off_port)], tmp_path / "prom"))
+            loaded = load_policy(policy).policy
+            # the two live groups' series (rates need two scrapes), so only g3 is missing
+            wait_until(lambda: not read_signals(loaded, prom.url, expected_groups=["g1", "g2"]).problems, 30,
+                       what="g1 and g2 fully scraped")
+            argv += ["--prometheus", prom.url]
+        else:
+            argv += ["--signals", "direct"]
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ledger = Ledger(db)
+    try:
+        (decision,) = ledger.decisions(ledger.runs(source="advisory")[-1].id)
+    finally:
+        ledger.close()
+    assert decision.reason != "signal_unavailable", (decision.reason, decision.detail)
+    # g3's absence is no problem; the demand is the two live workers' (idle: 0 running)
+    assert "demand 0" in decision.detail, decision.detail  # known, not unknown
+
+
+def write_policy_advisory(path: Path, ports: list[int]) -> Path:
+    from tests.support.live import write_policy
+
+    return write_policy(path, ports=ports, actuator={"kind": "advisory"})
+
+
+def test_a_fleet_silent_everywhere_is_still_a_problem(tmp_path):
+    """The other side of #10: when no worker answers, advisory has nothing to decide on."""
+    from autoscaler.adapters.direct_signals import DirectSignals
+    from autoscaler.policy.loader import load_policy
+
+    policy = load_policy(write_policy_advisory(tmp_path / "p.yaml", [free_port() for _ in range(3)])).policy
+    source = DirectSignals(policy)
+    try:
+        snap = source.read(expected_groups=["g1", "g2", "g3"], silent_is_off=True)
+    finally:
+        source.close()
+    assert {p.group for p in snap.problems} == {"g1", "g2", "g3"} and snap.fleet.running is None

@@ -50,7 +50,7 @@ WARM_START_KEY = "warm_start"  # {"run_id", "warm_start": what this run's warm s
 
 
 class SignalSource(Protocol):
-    def read(self, now: float, *, expected_groups: list[str]) -> SignalSnapshot: ...
+    def read(self, now: float, *, expected_groups: list[str], silent_is_off: bool = False) -> SignalSnapshot: ...
 
 
 ControlsProvider = Callable[[float], Controls]
@@ -209,7 +209,12 @@ class Controller:
 
     def _snapshot(self, now: float, fleet: FleetState) -> SignalSnapshot:
         expected = [n for n, g in fleet.groups.items() if g.phase is Phase.READY]
-        snapshot = self.signals.read(now, expected_groups=expected)
+        # Advisory: the shadow's phases are not the real fleet's. A real group that is off (no
+        # series at all, or its worker refuses connections) serves nothing: no problem, demand 0.
+        if getattr(self.executor, "silent_is_off", False):
+            snapshot = self.signals.read(now, expected_groups=expected, silent_is_off=True)
+        else:
+            snapshot = self.signals.read(now, expected_groups=expected)
         if hasattr(self.executor, "shape_signals"):
             snapshot = self.executor.shape_signals(snapshot)
         return snapshot
