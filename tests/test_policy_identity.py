@@ -133,3 +133,50 @@ def test_a_scope_id_never_reaches_a_site_shell_through_the_actuator(tmp_path):
     assert not (tmp_path / "PWNED").exists(), "the site shell ran the scope ID"
     bad(p, "fleet.groups[0].nodes[0].address", "scope ID")
     assert not calls.exists(), calls.read_text()  # no command ran at all
+
+
+# ------------------------------------------------------------------------------ policy show
+def _fields_with_descriptions(model, prefix=""):
+    """(dotted path, description) of every field of the policy's models, nested ones too."""
+    from pydantic import BaseModel
+
+    out = []
+    for name, field in type(model).model_fields.items():
+        out.append((prefix + name, field.description))
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            out += _fields_with_descriptions(value, f"{prefix}{name}.")
+        elif isinstance(value, tuple) and value and isinstance(value[0], BaseModel):
+            out += _fields_with_descriptions(value[0], f"{prefix}{name}[0].")
+    return out
+
+
+def test_policy_show_gives_each_field_its_description_and_stays_the_same_data(tmp_path):
+    """Issue 35 ("also expected"): `policy show` printed the values alone; the docs say it shows
+    every field with its description. The output is still the effective policy as YAML (loading it
+    gives exactly the --json data), so it can be saved and edited."""
+    import json
+    import textwrap
+
+    from autoscaler.policy import load_policy
+
+    for name in ("default.yaml", "demo.yaml"):
+        path = REPO / "policies" / name
+        p = subprocess.run([PYTHON, "-m", "autoscaler", "policy", "show", str(path)], capture_output=True, text=True,
+                           cwd=REPO, timeout=60)
+        assert p.returncode == 0, p.stderr
+        j = subprocess.run([PYTHON, "-m", "autoscaler", "policy", "show", str(path), "--json"], capture_output=True,
+                           text=True, cwd=REPO, timeout=60)
+        assert yaml.safe_load(p.stdout) == json.loads(j.stdout)
+        comments = " ".join(line.strip()[2:] for line in p.stdout.splitlines() if line.strip().startswith("# "))
+        fields = _fields_with_descriptions(load_policy(path).policy)
+        assert len(fields) > 100
+        for dotted, description in fields:
+            assert description, f"{dotted} has no description"
+            # wrapped over lines: compare word by word
+            assert " ".join(textwrap.wrap(description, 10**6)) in comments, dotted
+    # a saved `policy show` is a policy
+    saved = tmp_path / "shown.yaml"
+    saved.write_text(p.stdout)
+    assert subprocess.run([PYTHON, "-m", "autoscaler", "policy", "validate", str(saved)], capture_output=True,
+                          cwd=REPO, timeout=60).returncode == 0

@@ -128,11 +128,13 @@ def host_problem(host: str) -> str | None:
 
 
 class Node(StrictModel):
-    name: Name = Field(description="The node's name, unique in the fleet (e.g. spark-1).")
+    name: Name = Field(description="The node's name, unique in the fleet (e.g. spark-1): ASCII letters, digits, "
+                      "'.', '_', '-', at most 64.")
     address: str = Field(
         min_length=1,
         description="The node's host name or IP address, unique in the fleet; nothing else (no user@, no "
-        "port, no leading '-', space or shell character): it is passed to the actuator's commands.",
+        "port, no leading '-', space or shell character; an IPv6 scope ID only as an interface name, fe80::1%eth0): "
+        "it is passed to the actuator's commands. Compared without case, trailing dot or IPv4-mapped form.",
     )
 
     @field_validator("address")
@@ -145,7 +147,8 @@ class Node(StrictModel):
 
 
 class Group(StrictModel):
-    name: Name = Field(description="The group's name, unique in the fleet (e.g. g1).")
+    name: Name = Field(description="The group's name, unique in the fleet (e.g. g1): ASCII letters, digits, "
+                      "'.', '_', '-', at most 64.")
     worker_url: str = Field(
         description="URL of the group's SGLang server (node-rank 0), as registered with the gateway: "
         "http(s)://host:port with no path and no trailing slash."
