@@ -54,6 +54,8 @@ def test_one_worker_spelt_two_ways_is_a_duplicate(first, second, field, needle):
     ("node-a.example", "node-a.example."),
     ("::ffff:10.0.0.11", "10.0.0.11"),
     ("fe80::1%eth0", "FE80:0::1%eth0"),
+    ("10.0.0.11", "10.11"),  # the resolver's short forms (inet_aton): 10.11 is 10.0.0.11
+    ("127.0.0.1", "0x7f.0.0.1"),
 ])
 def test_one_node_spelt_two_ways_is_a_duplicate(first, second):
     lines = errors_of(policy_text(g0n0={"address": first}, g1n0={"address": second}))

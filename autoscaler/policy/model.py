@@ -79,6 +79,7 @@ _HOSTNAME = re.compile(rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*\.?$")
 
 
 _SCOPE = re.compile(r"^[A-Za-z0-9_.-]{1,20}$")
+_INET_ATON = re.compile(r"^(0x[0-9a-f]+|\d+)(\.(0x[0-9a-f]+|\d+)){0,3}$")
 
 
 def same_host_key(host: str) -> str:
@@ -92,7 +93,15 @@ def same_host_key(host: str) -> str:
     try:
         ip = ipaddress.ip_address(bare.replace("%25", "%", 1))
     except ValueError:
-        return bare.lower().rstrip(".")
+        name = bare.lower().rstrip(".")
+        if _INET_ATON.match(name):  # 127.1, 0x7f.0.0.1, 2130706433: what the resolver reads as 127.0.0.1
+            import socket
+
+            try:
+                return str(ipaddress.IPv4Address(socket.inet_aton(name)))
+            except OSError:
+                pass
+        return name
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return str(ip.ipv4_mapped)
     return str(ip)  # the hex in lower case; a scope ID (an interface name) keeps its case
