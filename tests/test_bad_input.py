@@ -236,3 +236,27 @@ def test_servegen_rows_follow_one_set_of_rules(tmp_path):
     import autoscaler.sim.traces as traces
 
     assert not hasattr(traces, "_servegen_fast") and callable(_servegen_rows)
+
+
+def test_a_csv_field_over_the_readers_limit_is_a_bad_row_not_a_traceback(tmp_path):
+    """Issue 35 #11: a field over 131,072 characters raised ``_csv.Error`` (a traceback, exit 1)
+    in ``simulate`` and ``emulate load``, even with --skip-bad-rows."""
+    lines = ["timestamp_s,input_tokens,output_tokens,session_id"] + [f"{i},300,50,s{i % 3}" for i in range(40)]
+    lines.insert(21, "20.5,300,50," + "x" * 140_000)  # line 22 of the file
+    trace = tmp_path / "huge.csv"
+    trace.write_text("\n".join(lines) + "\n")
+    needle = f"{trace}:22: a field is longer than 131,072 characters"
+    bad(cli("simulate", "--policy", POLICY, "--trace", str(trace)), needle)
+    p = cli("simulate", "--policy", POLICY, "--trace", str(trace), "--skip-bad-rows", "--peak-utilization", "0.01",
+            "--json")
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)["trace"]
+    assert (got["requests_read"], got["bad_rows"]) == (41, 1), got
+    # emulate load reads the trace before it contacts the target: bad input, exit 2, one line
+    bad(cli("emulate", "load", "--target", f"http://127.0.0.1:{free_port()}", "--trace", str(trace)), needle)
+    # the same in the header line, and in an Azure trace
+    head = tmp_path / "head.csv"
+    head.write_text("timestamp_s,input_tokens," + "y" * 140_000 + "\n0,1,1\n")
+    bad(cli("simulate", "--policy", POLICY, "--trace", str(head), "--trace-format", "csv"), f"{head}:1: header: a field")
+    azure = _azure_with(tmp_path, 101, "2023-11-16 18:15:46.6805900," + "9" * 140_000 + ",200")
+    bad(cli("simulate", "--policy", POLICY, "--trace", str(azure)), f"{azure}:101: a field is longer")

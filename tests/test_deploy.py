@@ -116,7 +116,7 @@ def test_service_registry_is_the_contract():
 
 def test_docs_metrics_table_is_the_contract():
     contract = contract_metrics()
-    assert len(contract) == 28
+    assert len(contract) == 29
     assert contract["autoscaler_decisions_total"] == "counter"
     assert contract["autoscaler_drain_duration_seconds"] == "histogram"
     assert contract["autoscaler_leader"] == "gauge"
@@ -513,6 +513,7 @@ EXPECTED_ALERTS = {
     "AutoscalerDrainStuck", "AutoscalerNoDecision", "AutoscalerSignalsFailing", "AutoscalerAtCeilingSloMissed",
     "AutoscalerNoLeader", "AutoscalerSeveralLeaders", "AutoscalerPolicyReloadFailing",
     "AutoscalerRequestsCutByDrain", "AutoscalerInstanceDown", "AutoscalerGatewayUnusable", "AutoscalerActsInterrupted",
+    "AutoscalerDecisionsUnrecorded",
 }
 
 

@@ -163,3 +163,32 @@ def _metric(url: str, name: str) -> str:
         if line.startswith(name + "{"):
             return line.rsplit(" ", 1)[1]
     raise AssertionError(f"{name} not in {url}/metrics")
+
+
+def test_peak_utilization_with_a_speedup_offers_that_share_of_the_slots_not_speedup_times_it():
+    """Issue 35 #14: ``--peak-utilization 1.1 --speedup 20`` offered 20 x 1.1 = 22 times the fleet's
+    slots (the queue reached 494). The replay divides times by the speed-up; the workers serve at
+    their own speed, so the busiest 300 s of trace time (300 / 20 = 15 s of replay) must offer
+    1.1 x 18 = 19.8 requests at once: arrivals in it / 15 s x the mean service time."""
+    import argparse
+
+    from autoscaler.emulator.loadgen import load_plan
+    from autoscaler.policy.loader import load_policy
+    from autoscaler.sim.loadscale import busiest_window, service_times_s
+
+    policy = load_policy(REPO / "policies/default.yaml").policy
+    slots = policy.fleet.ceiling_groups * policy.fleet.requests_per_group  # 3 x 6 = 18
+    prefill, decode = policy.simulation.prefill_tokens_per_s, policy.simulation.decode_tokens_per_s
+    for speedup in (1.0, 20.0):
+        args = argparse.Namespace(trace=str(MOONCAKE), trace_format="auto", start_at=None, peak_utilization=1.1,
+                                  policy=str(REPO / "policies/default.yaml"), speedup=speedup,
+                                  max_requests=10**7, max_seconds=10**7, seed=0)
+        plan = load_plan(args, lambda _msg: None)
+        at = np.array([p.at_s for p in plan])
+        mean_service = float(np.mean(service_times_s(np.array([p.input_tokens for p in plan]),
+                                                     np.array([p.output_tokens for p in plan]), prefill, decode)))
+        width = 300.0 / speedup
+        arrivals, _start = busiest_window(at, width)
+        offered = arrivals / width * mean_service
+        # The thinning is a seeded draw: within 15% of 19.8 (20 x 19.8 = 396 before the fix).
+        assert abs(offered - 1.1 * slots) <= 0.15 * 1.1 * slots, (speedup, offered, arrivals, len(plan))

@@ -35,7 +35,7 @@ class Signals:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
-    def read(self, now: float, *, expected_groups) -> SignalSnapshot:
+    def read(self, now: float, *, expected_groups, silent_is_off: bool = False) -> SignalSnapshot:
         hours = (now - T0) / 3600
         demand = 3.0 + 2.5 * math.sin(hours * 1.7) + (4.0 if int(now // 600) % 5 == 0 else 0.0)
         g = GroupSignals(running=demand, queued=0.0, kv_usage=0.3, ttft_p99_s=0.5, queue_wait_p99_s=0.0,

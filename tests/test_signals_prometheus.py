@@ -262,7 +262,8 @@ def test_a_stopped_prometheus_is_unreachable_and_costs_milliseconds(prometheus_f
 
 
 def test_a_prometheus_that_never_answers_costs_one_timeout(tmp_path):
-    # A socket that listens but never accepts: connections complete, no answer ever comes.
+    # A socket that listens but never accepts: connections complete, no answer ever comes: it is
+    # there but does not answer in time, "slow" (issue 35: not "unreachable").
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as hole:
         hole.bind(("127.0.0.1", 0))
         hole.listen(64)
@@ -270,7 +271,7 @@ def test_a_prometheus_that_never_answers_costs_one_timeout(tmp_path):
         start = time.monotonic()
         snap = read_signals(policy, f"http://127.0.0.1:{hole.getsockname()[1]}")
         took = time.monotonic() - start
-    assert kinds(snap) == {(s, None, "unreachable") for s in SIGNAL_NAMES}
+    assert kinds(snap) == {(s, None, "slow") for s in SIGNAL_NAMES}
     assert "within 1 s" in snap.problems[0].detail
     # 18 queries run at once: one timeout (1 s), not one per query and no retries.
     assert 0.9 < took < 2.0, took
@@ -476,3 +477,56 @@ def test_the_derived_queries_are_one_round_trip_that_answers_each_as_if_asked_al
             assert got == want and got, (key, text, got, want)
     # a: all 10 first tokens/s at 0.4 s, b: 5/s at 1.5 s, against the policy's 3 s target: none over
     assert snap.ttft_over_target == 0.0
+
+
+def test_a_slow_prometheus_is_reported_as_slow_not_unreachable(prometheus_factory, tmp_path, capsys):
+    """Issue 35: a Prometheus that answers, but after ``signals.timeout_s``, was reported as
+    "unreachable". A real Prometheus behind a proxy that holds every answer for 2 s: with a 1 s
+    timeout the problems are ``slow`` and `autoscaler signals` says "slow" (exit 1); with 5 s the
+    same Prometheus answers."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import httpx
+
+    prom = prometheus_factory([])
+    upstream = httpx.Client(timeout=10)  # one client: a new one per request costs 0.1 s of CPU each
+
+    class SlowProxy(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            time.sleep(2.0)
+            r = upstream.get(prom.url + self.path)
+            body = r.content
+            try:
+                self.send_response(r.status_code)
+                self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass  # the client gave up after its timeout (the 1 s case)
+
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 64  # the 18 queries connect at once
+
+    server = Server(("127.0.0.1", 0), SlowProxy)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    slow_url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        policy = policy_for(tmp_path, f"127.0.0.1:{free_port()}", timeout_s=1)
+        snap = read_signals(policy, slow_url)
+        assert kinds(snap) == {(s, None, "slow") for s in SIGNAL_NAMES}, kinds(snap)
+        assert "within 1 s" in snap.problems[0].detail
+        patient = policy_for(tmp_path, f"127.0.0.1:{free_port()}", timeout_s=5)
+        assert kinds(read_signals(patient, slow_url)) == {(s, None, "empty") for s in SIGNAL_NAMES}  # it answers
+        policy_for(tmp_path, f"127.0.0.1:{free_port()}", timeout_s=1)  # tmp_path/policy.yaml, 1 s again
+        code, _out, err = run_cli(capsys, "--policy", str(tmp_path / "policy.yaml"), "--prometheus", slow_url)
+        assert code == 1 and f"prometheus at {slow_url} is slow: " in err and "unreachable" not in err, err
+    finally:
+        server.shutdown()
+        server.server_close()
+        upstream.close()

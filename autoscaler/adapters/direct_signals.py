@@ -26,6 +26,8 @@ from autoscaler.adapters.histogram import share_above
 from autoscaler.core.types import GroupSignals, Problem, SignalSnapshot, out_of_range
 from autoscaler.policy.model import Policy
 
+CONNECT_REFUSED = "no connection"  # the detail of a worker that nothing listens for
+
 
 @dataclass(frozen=True, slots=True)
 class _Scrape:
@@ -114,6 +116,8 @@ class DirectSignals:
         prefix = self.policy.signals.metric_prefix
         try:
             response = self._http.get(url + "/metrics")
+        except httpx.ConnectError as exc:  # refused, no route: nothing listens (an off group, for advisory)
+            return None, "unreachable", f"{url}/metrics: {CONNECT_REFUSED} ({type(exc).__name__})"
         except httpx.HTTPError as exc:
             return None, "unreachable", f"{url}/metrics: unreachable ({type(exc).__name__})"
         at = time.time()
@@ -133,13 +137,21 @@ class DirectSignals:
                        buckets.get(prefix + "time_to_first_token_seconds_bucket", {}),
                        buckets.get(prefix + "queue_time_seconds_bucket", {})), None, None
 
-    def read(self, now: float | None = None, *, expected_groups: Iterable[str] | None = None) -> SignalSnapshot:
+    def read(self, now: float | None = None, *, expected_groups: Iterable[str] | None = None,
+             silent_is_off: bool = False) -> SignalSnapshot:
+        """``silent_is_off`` (advisory): an expected group whose worker refuses the connection is
+        taken as off in the real fleet, not as a problem, while some other group's worker answers."""
         policy = self.policy
         expected = set(policy.fleet.group_names() if expected_groups is None else expected_groups)
         at = time.time() if now is None else now
         q = policy.slo.ttft_percentile / 100
         groups = {g.name: g for g in policy.fleet.groups}
         results = dict(zip(groups, self._pool.map(lambda g: self._scrape(g.worker_url), groups.values())))
+        if silent_is_off:
+            refused = {n for n, (scrape, _k, detail) in results.items()
+                       if scrape is None and CONNECT_REFUSED in (detail or "")}
+            if refused and any(scrape is not None for scrape, _k, _d in results.values()):
+                expected -= refused
         out: dict[str, GroupSignals] = {}
         problems: list[Problem] = []
         window_ttft: dict[float, float] = {}

@@ -72,7 +72,8 @@ _LABEL_IN_LIST = re.compile(r"\{label\}\s*,\s*|\s*,\s*\{label\}|\{label\}")
 
 
 class PrometheusError(RuntimeFailure):
-    """A query failed (``query_range_split``): ``kind`` is ``unreachable`` or ``http_error``."""
+    """A query failed (``query_range_split``): ``kind`` is ``unreachable`` (no connection), ``slow``
+    (connected, no answer in time) or ``http_error``."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(f"prometheus {kind}: {detail}")
@@ -233,8 +234,8 @@ class PrometheusClient:
             response = self._http.get(path, dict(params), timeout_s=timeout_s)
         except ConnectTimeout as exc:
             raise PrometheusError("unreachable", f"no connection within {timeout_s:g} s to {self.url}") from exc
-        except ReadTimeout as exc:
-            raise PrometheusError("unreachable", f"no answer within {timeout_s:g} s from {self.url}") from exc
+        except ReadTimeout as exc:  # it took the connection: there, but slow (an overloaded Prometheus)
+            raise PrometheusError("slow", f"connected, but no answer within {timeout_s:g} s from {self.url}") from exc
         except ConnectFailed as exc:
             raise PrometheusError("unreachable", f"{_connection_detail(exc)} at {self.url}") from exc
         except ProtocolFailed as exc:
@@ -300,7 +301,7 @@ class PrometheusClient:
                 raise error
             else:
                 future.cancel()
-                answers[key] = _Answer(kind="unreachable", detail=f"no answer within {timeout_s:g} s from {self.url}")
+                answers[key] = _Answer(kind="slow", detail=f"no answer within {timeout_s:g} s from {self.url}")
         return answers
 
 
@@ -381,7 +382,7 @@ def _evaluate(
     main = answers[(name, "by_group")]
     if main.series is None:
         # An HTTP error names the query (a PromQL error is the policy's); unreachable names the URL.
-        detail = main.detail if main.kind == "unreachable" else f"{main.detail}; query: {q.by_group}"
+        detail = main.detail if main.kind in ("unreachable", "slow") else f"{main.detail}; query: {q.by_group}"
         out.problems.append(Problem(name, None, main.kind or "http_error", detail))
         return out
     if not main.series:
@@ -539,6 +540,7 @@ def read_signals(
     *,
     expected_groups: Iterable[str] | None = None,
     client: PrometheusClient | None = None,
+    silent_is_off: bool = False,
 ) -> SignalSnapshot:
     """The load signals at ``now`` (epoch s; default: the clock), one value or problem per signal.
 
@@ -550,6 +552,10 @@ def read_signals(
     so a dead Prometheus costs at most about ``timeout_s`` + 0.5 s. Raises BadInput only for a
     malformed URL or an unknown expected group; Prometheus anomalies are problems in the snapshot.
     ``client``: the run's client (the service passes its one client; a one-off call makes its own).
+    ``silent_is_off`` (advisory: the real fleet's state is not known): an expected group with no
+    series at all (every signal ``absent``) is taken as off in the real fleet, not as a problem;
+    the fleet's values are then those of the groups that report. Only while some group reports:
+    a fleet that is silent everywhere is a problem.
     """
     url = _check_url(prometheus_url)
     at = time.time() if now is None else now
@@ -571,6 +577,10 @@ def read_signals(
     if derived:
         answers.update(split_merged(answers.pop((MERGED_KEY, "merged")), derived))
     per_signal = {name: _evaluate(name, plan[name], answers, policy, expected, at) for name in SIGNAL_NAMES}
+    if silent_is_off and (silent := _silent_groups(per_signal, expected)) and silent != expected:
+        # Pure: the same answers evaluated again without the silent groups (no query is repeated).
+        expected = expected - silent
+        per_signal = {name: _evaluate(name, plan[name], answers, policy, expected, at) for name in SIGNAL_NAMES}
     groups = {
         g.name: GroupSignals(**{name: per_signal[name].values[g.name] for name in SIGNAL_NAMES})
         for g in policy.fleet.groups
@@ -584,6 +594,18 @@ def read_signals(
     return SignalSnapshot(at=at, groups=groups, fleet=fleet, problems=problems, ttft_over_target=share)
 
 
+def _silent_groups(per_signal: Mapping[str, _SignalResult], expected: frozenset[str]) -> frozenset[str]:
+    """The expected groups that have no series at all: an ``absent`` problem for every signal (a
+    signal that failed as a whole, e.g. unreachable, tells nothing about a group: then none is)."""
+    silent = set(expected)
+    for result in per_signal.values():
+        absent = {p.group for p in result.problems if p.kind == "absent"}
+        silent &= absent
+        if any(p.group is None for p in result.problems):
+            return frozenset()
+    return frozenset(silent)
+
+
 class PrometheusSignals:
     """The live service's signal source: ``read_signals`` with the run's one ``PrometheusClient``."""
 
@@ -595,8 +617,9 @@ class PrometheusSignals:
     def set_policy(self, policy: Policy) -> None:
         self.policy = policy
 
-    def read(self, now: float, *, expected_groups: Iterable[str]) -> SignalSnapshot:
-        return read_signals(self.policy, self.url, now, expected_groups=expected_groups, client=self.client)
+    def read(self, now: float, *, expected_groups: Iterable[str], silent_is_off: bool = False) -> SignalSnapshot:
+        return read_signals(self.policy, self.url, now, expected_groups=expected_groups, client=self.client,
+                            silent_is_off=silent_is_off)
 
     def close(self) -> None:
         self.client.close()
@@ -604,13 +627,13 @@ class PrometheusSignals:
 
 def is_unreachable(snapshot: SignalSnapshot) -> bool:
     """True when Prometheus could not be reached for some signal (the CLI then exits 1)."""
-    return any(p.kind == "unreachable" for p in snapshot.problems)
+    return any(p.kind in ("unreachable", "slow") for p in snapshot.problems)
 
 
 def answered_nothing(snapshot: SignalSnapshot) -> bool:
     """True when no signal's query was answered at all (each failed as unreachable or with an HTTP error):
     the URL is not a working Prometheus (a plain web server answers every query 404). The CLI exits 1."""
-    failed = {p.signal for p in snapshot.problems if p.group is None and p.kind in ("unreachable", "http_error")}
+    failed = {p.signal for p in snapshot.problems if p.group is None and p.kind in ("unreachable", "slow", "http_error")}
     return failed >= set(SIGNAL_NAMES)
 
 
@@ -668,7 +691,7 @@ def query_range_split(
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise PrometheusError("unreachable", f"no complete answer from {url} within the time budget")
+                    raise PrometheusError("slow", f"no complete answer from {url} within the time budget")
                 wait_s = min(timeout_s, max(0.5, left))
             for series in prom.query_range(promql, chunk_start, chunk_end, step, wait_s):
                 labels = dict(series.get("metric", {}))

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "autoscaler.cli.run_cmd",
     "autoscaler.cli.demo_cmd",
     "autoscaler.cli.control_cmd",
+    "autoscaler.cli.completion_cmd",
 ]
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import yaml
-
 from autoscaler.cli.common import print_json
 from autoscaler.policy import PolicyInvalid, load_policy
 from autoscaler.policy.loader import policy_to_dict
@@ -23,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--json", action="store_true", help="print {file: [errors]} as JSON")
     v.set_defaults(func=_validate)
 
-    s = psub.add_parser("show", help="print the effective policy with every default filled in")
+    s = psub.add_parser("show", help="print the effective policy with every default filled in, each field "
+                                     "with its description")
     s.add_argument("file", metavar="FILE", help="a policy file (YAML)")
     s.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     s.set_defaults(func=_show)
@@ -55,6 +54,9 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
     else:
-        sys.stdout.write(f"# effective policy of {loaded.path} (sha256 {loaded.sha256[:12]})\n")
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+        from autoscaler.policy.describe import commented_yaml
+
+        sys.stdout.write(f"# effective policy of {loaded.path} (sha256 {loaded.sha256[:12]}), every default filled\n"
+                         "# in; each field's description above it (in a list, on its first item only)\n")
+        sys.stdout.write(commented_yaml(loaded.policy))
     return 0

@@ -75,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(snapshot, settings.prometheus_url, sys.stdout)
     if is_unreachable(snapshot):
-        print(f"prometheus at {settings.prometheus_url} is unreachable", file=sys.stderr)
+        slow = next((p for p in snapshot.problems if p.kind == "slow"), None)
+        if slow is not None and not any(p.kind == "unreachable" for p in snapshot.problems):
+            print(f"prometheus at {settings.prometheus_url} is slow: {slow.detail}", file=sys.stderr)
+        else:
+            print(f"prometheus at {settings.prometheus_url} is unreachable", file=sys.stderr)
         return 1
     if answered_nothing(snapshot):
         first = next(p for p in snapshot.problems if p.kind == "http_error")

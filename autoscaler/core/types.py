@@ -69,7 +69,7 @@ class Phase(StrEnum):
 
 # Problem kinds, as docs/interfaces.md names them.
 PROBLEM_KINDS = ("unreachable", "http_error", "empty", "multiple_series", "not_a_number", "stale", "absent",
-                 "out_of_range")
+                 "out_of_range", "slow")
 
 # What a reading can physically be (docs/signals.md, "out_of_range"). KV use is a share of the
 # cache; a group runs a handful of requests (6 on the reference fleet), so a million running,
@@ -97,6 +97,7 @@ def out_of_range(signal: str, value: float) -> str | None:
 
 _PROBLEM_REASON = {
     "unreachable": Reason.SIGNAL_UNAVAILABLE,
+    "slow": Reason.SIGNAL_UNAVAILABLE,  # connected, but no answer within signals.timeout_s
     "http_error": Reason.SIGNAL_UNAVAILABLE,
     "empty": Reason.SIGNAL_UNAVAILABLE,
     "absent": Reason.SIGNAL_UNAVAILABLE,

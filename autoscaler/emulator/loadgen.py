@@ -324,10 +324,17 @@ def load_plan(args, say: Callable[[str], None]) -> list[PlannedRequest]:
         from autoscaler.sim.loadscale import scale_trace
 
         slots, prefill, decode = _capacity(args)
-        trace, factor = scale_trace(trace, peak_utilization=args.peak_utilization, capacity_slots=slots,
-                                    prefill_tokens_per_s=prefill, decode_tokens_per_s=decode, seed=args.seed)
+        # The replay divides every time by --speedup, which multiplies the arrival rate by it; the
+        # workers serve at their own speed. So the trace is scaled to U / X at real time, and the
+        # replay at X times the speed offers U: at 1.1 and 20x, 0.055 of the slots, then x 20 = 1.1
+        # (scaling to U itself offered X x U = 22 times the fleet).
+        # (No backtest's "kept only N requests" warning: a replay sends what its bounds allow anyway.)
+        trace, factor = scale_trace(trace, peak_utilization=args.peak_utilization / args.speedup,
+                                    capacity_slots=slots, prefill_tokens_per_s=prefill, decode_tokens_per_s=decode,
+                                    seed=args.seed, warn_few=args.speedup == 1)
         say(f"emulate load: load scale {factor:.4g} for peak utilization {args.peak_utilization} "
-            f"of {slots} slots")
+            f"of {slots} slots" + (f" at {args.speedup:g}x speed ({len(trace.t_s):,} requests kept)"
+                                   if args.speedup != 1 else ""))
     elif isinstance(trace, RateTrace):
         raise BadInput(f"{args.trace}: a ServeGen trace holds rates, not requests: "
                        "give --peak-utilization to draw requests at a rate this fleet can take")

@@ -56,8 +56,13 @@ def _short(value: Any) -> str:
 def format_validation_errors(source: str, exc: ValidationError) -> list[str]:
     """One line per pydantic error: ``source: field.path: value: rule``."""
     lines = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+    errors = exc.errors(include_url=False)
+    locs = [tuple(p for p in e["loc"] if p not in ("function-after", "function-before")) for e in errors]
+    for err, loc in zip(errors, locs):
+        if err["type"] == "too_short" and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs):
+            # A list whose only item is invalid is also "too short" once pydantic dropped that item
+            # ("Tuple should have at least 1 item after validation, not 0"): the item's error says it all.
+            continue
         msg: str = err["msg"]
         ctx_error = (err.get("ctx") or {}).get("error")
         text = str(ctx_error) if ctx_error is not None else msg

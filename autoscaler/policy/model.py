@@ -17,7 +17,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, Strict, field_validator, model_validator
 
 # Strict scalars: "2" is not a number and true is not 1 (an int is still a valid float).
 Int = Annotated[int, Strict()]
@@ -29,7 +29,33 @@ Fraction = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME_MAX = 64  # a group's name goes into unit names, file names and labels (a systemd unit name stops at 256)
+
+
+def _name(value: str) -> str:
+    """A name of a group, node or window: ASCII letters, digits, '.', '_' and '-', at most 64."""
+    if not _NAME.match(value) or len(value) > NAME_MAX:
+        odd = next((c for c in value if not (c.isascii() and (c.isalnum() or c in "._-"))), None)
+        if not value:
+            why = "is empty"
+        elif odd is not None:
+            why = f"holds {odd!r}"
+        elif len(value) > NAME_MAX:
+            why = f"is {len(value):,} characters long (at most {NAME_MAX})"
+        else:
+            why = "does not start with a letter or a digit"
+        raise ValueError(f"{_short_repr(value)} {why}: a name is ASCII letters, digits, '.', '_' and '-', "
+                         f"starting with a letter or a digit, at most {NAME_MAX} characters")
+    return value
+
+
+def _short_repr(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+Name = Annotated[str, AfterValidator(_name)]
 
 
 class FieldError(ValueError):
@@ -52,15 +78,51 @@ _HOST_LABEL = r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"
 _HOSTNAME = re.compile(rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*\.?$")
 
 
+_SCOPE = re.compile(r"^[A-Za-z0-9_.-]{1,20}$")
+_INET_ATON = re.compile(r"^(0x[0-9a-f]+|\d+)(\.(0x[0-9a-f]+|\d+)){0,3}$")
+
+
+def same_host_key(host: str) -> str:
+    """The form two spellings of one host share, for the duplicate checks (a policy's text is kept
+    as written: validators reject, never rewrite): a name without case or a trailing dot
+    (``NODE-A.example.`` is ``node-a.example``), an IP address in its compressed form with an
+    IPv4-mapped IPv6 address as its IPv4 one (``::ffff:10.0.0.11`` is ``10.0.0.11``)."""
+    import ipaddress
+
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ip = ipaddress.ip_address(bare.replace("%25", "%", 1))
+    except ValueError:
+        name = bare.lower().rstrip(".")
+        if _INET_ATON.match(name):  # 127.1, 0x7f.0.0.1, 2130706433: what the resolver reads as 127.0.0.1
+            import socket
+
+            try:
+                return str(ipaddress.IPv4Address(socket.inet_aton(name)))
+            except OSError:
+                pass
+        return name
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)  # the hex in lower case; a scope ID (an interface name) keeps its case
+
+
 def host_problem(host: str) -> str | None:
     """Why ``host`` is not a host name or an IP address (None when it is one)."""
     import ipaddress
 
     try:
         ipaddress.ip_address(host)
-        return None
     except ValueError:
         pass
+    else:
+        # Python accepts any text after "%" as an IPv6 scope ID ("fe80::1%$(id)"): an interface
+        # name or number only (in a URL, RFC 6874 writes the "%" as "%25": "fe80::1%25eth0").
+        scope = host.partition("%")[2]
+        if "%" in host and not _SCOPE.match(scope):
+            return f"{host!r} has the IPv6 scope ID {scope!r}: an interface name or number only (letters, " \
+                   f"digits, '.', '_' and '-', at most 20)"
+        return None
     if len(host) > 253 or not _HOSTNAME.match(host):
         odd = next((c for c in host if not (c.isascii() and (c.isalnum() or c in "._-"))), None)
         if host.startswith("-"):
@@ -75,11 +137,13 @@ def host_problem(host: str) -> str | None:
 
 
 class Node(StrictModel):
-    name: str = Field(pattern=_NAME, description="The node's name, unique in the fleet (e.g. spark-1).")
+    name: Name = Field(description="The node's name, unique in the fleet (e.g. spark-1): ASCII letters, digits, "
+                      "'.', '_', '-', at most 64.")
     address: str = Field(
         min_length=1,
         description="The node's host name or IP address, unique in the fleet; nothing else (no user@, no "
-        "port, no leading '-', space or shell character): it is passed to the actuator's commands.",
+        "port, no leading '-', space or shell character; an IPv6 scope ID only as an interface name, fe80::1%eth0): "
+        "it is passed to the actuator's commands. Compared without case, trailing dot or IPv4-mapped form.",
     )
 
     @field_validator("address")
@@ -92,7 +156,8 @@ class Node(StrictModel):
 
 
 class Group(StrictModel):
-    name: str = Field(pattern=_NAME, description="The group's name, unique in the fleet (e.g. g1).")
+    name: Name = Field(description="The group's name, unique in the fleet (e.g. g1): ASCII letters, digits, "
+                      "'.', '_', '-', at most 64.")
     worker_url: str = Field(
         description="URL of the group's SGLang server (node-rank 0), as registered with the gateway: "
         "http(s)://host:port with no path and no trailing slash."
@@ -153,25 +218,38 @@ class Fleet(StrictModel):
             raise FieldError(
                 "ceiling_groups", f"{self.ceiling_groups} is above the number of groups defined ({len(self.groups)})"
             )
-        seen: dict[tuple[str, str], str] = {}  # (what, its value) -> the group that has it
+        seen: dict[tuple[str, str], tuple[str, str]] = {}  # (what, its key) -> (the group, as written)
         for i, group in enumerate(self.groups):
             if len(group.nodes) != self.group_size_nodes:
                 raise FieldError(
                     f"groups[{i}].nodes",
                     f"group {group.name!r} has {len(group.nodes)} nodes; fleet.group_size_nodes is {self.group_size_nodes}",
                 )
-            for kind, key in (("group name", group.name), ("worker_url", group.worker_url)):
+            # One worker however its URL is spelt: the scheme, the host's case, a trailing dot or an
+            # IPv4-mapped address change nothing (HTTP://127.0.0.1:38011 is http://127.0.0.1:38011,
+            # whose series the signals would give to one group only).
+            url = urlsplit(group.worker_url)
+            worker = f"{same_host_key(url.netloc.rsplit(':', 1)[0])}:{url.port}"
+            for kind, key, text in (("group name", group.name, group.name),
+                                    ("worker_url", worker, group.worker_url)):
                 if (kind, key) in seen:
-                    raise FieldError(f"groups[{i}]", f"{kind} {key!r} is also used by group {seen[(kind, key)]!r}")
-                seen[(kind, key)] = group.name
+                    other, first = seen[(kind, key)]
+                    same = "" if text == first else f" (as {first!r}: host and port compared without scheme, case, " \
+                                                    "trailing dot or IPv4-mapped form)"
+                    raise FieldError(f"groups[{i}]", f"{kind} {text!r} is also used by group {other!r}{same}")
+                seen[(kind, key)] = (group.name, text)
             for j, node in enumerate(group.nodes):
-                for kind, key in (("node", node.name), ("node address", node.address)):
+                for kind, key, text in (("node", node.name, node.name),
+                                        ("node address", same_host_key(node.address), node.address)):
                     if (kind, key) in seen:
+                        other, first = seen[(kind, key)]
+                        same = "" if text == first else f" (as {first!r}: compared without case, trailing dot " \
+                                                        "or IPv4-mapped form)"
                         raise FieldError(
                             f"groups[{i}].nodes[{j}]",
-                            f"{kind} {key!r} is also in group {seen[(kind, key)]!r}; groups are fixed, disjoint node sets",
+                            f"{kind} {text!r} is also in group {other!r}{same}; groups are fixed, disjoint node sets",
                         )
-                    seen[(kind, key)] = group.name
+                    seen[(kind, key)] = (group.name, text)
         return self
 
     def group_names(self) -> tuple[str, ...]:
@@ -296,7 +374,7 @@ class Scaling(StrictModel):
 class Weekly(StrictModel):
     """A weekly window: on the given weekdays from start to end (local time); end <= start wraps past midnight."""
 
-    name: str = Field(pattern=_NAME, description="A name for logs and decisions.")
+    name: Name = Field(description="A name for logs and decisions.")
     days: tuple[str, ...] = Field(WEEKDAYS, min_length=1, description="Weekdays the window starts on: mon..sun.")
     start: str = Field(description="Local start time HH:MM.")
     end: str = Field(description="Local end time HH:MM; at or before start means it ends the next day.")

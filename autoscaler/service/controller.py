@@ -51,7 +51,7 @@ WARM_START_KEY = "warm_start"  # {"run_id", "warm_start": what this run's warm s
 
 
 class SignalSource(Protocol):
-    def read(self, now: float, *, expected_groups: list[str]) -> SignalSnapshot: ...
+    def read(self, now: float, *, expected_groups: list[str], silent_is_off: bool = False) -> SignalSnapshot: ...
 
 
 ControlsProvider = Callable[[float], Controls]
@@ -126,8 +126,14 @@ class Controller:
         if isinstance(self.executor, Executor):
             self.tokens = TokenMeter(self.executor.probe.tokens, self._record_tokens)
         self.controls = Controls()
-        self.last_decision: Decision | None = None
+        self.last_decision: Decision | None = None  # the last decision recorded (and acted on)
         self.last_decision_at: float | None = None
+        # A decision that could not be recorded is not acted on, and is not "the last decision":
+        # last_decision_at (autoscaler_last_decision_timestamp_seconds) stays, so AutoscalerNoDecision fires.
+        self.last_tick_recorded = False
+        self.unrecorded_decisions = 0  # in this run (autoscaler_decisions_unrecorded_total)
+        self.unrecorded_streak = 0  # ticks in a row
+        self.record_error: str | None = None  # why the last tick's decision was not recorded (/healthz 503)
         self.last_snapshot: SignalSnapshot | None = None
         self.last_report: TickReport | None = None
         self.policy_loaded_at: str | None = None
@@ -224,7 +230,12 @@ class Controller:
 
     def _snapshot(self, now: float, fleet: FleetState) -> SignalSnapshot:
         expected = [n for n, g in fleet.groups.items() if g.phase is Phase.READY]
-        snapshot = self.signals.read(now, expected_groups=expected)
+        # Advisory: the shadow's phases are not the real fleet's. A real group that is off (no
+        # series at all, or its worker refuses connections) serves nothing: no problem, demand 0.
+        if getattr(self.executor, "silent_is_off", False):
+            snapshot = self.signals.read(now, expected_groups=expected, silent_is_off=True)
+        else:
+            snapshot = self.signals.read(now, expected_groups=expected)
         if hasattr(self.executor, "shape_signals"):
             snapshot = self.executor.shape_signals(snapshot)
         return snapshot
@@ -269,17 +280,18 @@ class Controller:
         decision, memory = decide(snapshot, fleet, self._core_policy(), self.memory, now)
         if not report.records_ok:
             log.error("records unavailable: no new action this tick (%s)", "; ".join(report.steps[-1:]))
-            self.last_decision, self.last_decision_at = decision, now
+            self._unrecorded("; ".join(report.steps[-1:]) or "records unavailable")
             return None
         try:
             decision_id = self.ledger.record_decision(self.run_id, now, decision, self.loaded.sha256, epoch=self.epoch)
             self._save_memory(memory)
         except RuntimeFailure as exc:
             log.error("records unavailable: decision not recorded, no action taken (%s)", exc)
-            self.last_decision, self.last_decision_at = decision, now
+            self._unrecorded(str(exc))
             return None
         self.memory = memory
         self.last_decision, self.last_decision_at = decision, now
+        self.last_tick_recorded, self.unrecorded_streak, self.record_error = True, 0, None
         steps: list[str] = []
         if decision.action is not Action.HOLD:
             if self.controls.paused:
@@ -292,6 +304,12 @@ class Controller:
                     steps = [str(exc)]
         self._log_decision(decision, fleet, snapshot, steps, time.monotonic() - t0)
         return decision
+
+    def _unrecorded(self, why: str) -> None:
+        self.last_tick_recorded = False
+        self.unrecorded_decisions += 1
+        self.unrecorded_streak += 1
+        self.record_error = why
 
     def _save_memory(self, memory: Memory) -> None:
         """The memory's recent part at every tick; its history (about 160 KB of JSON after a week)

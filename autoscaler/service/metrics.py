@@ -86,8 +86,12 @@ class ServiceMetrics:
                                         "leadership lost, or the shutdown's budget ran out.", registry=r)
         self.reload_refused = Gauge("autoscaler_policy_reload_refused", "1 while a valid policy edit is refused "
                                     "live (actuator.kind changed, or a group dropped that is not off).", registry=r)
-        self.last_decision = Gauge("autoscaler_last_decision_timestamp_seconds", "Time of the last decision.",
+        self.last_decision = Gauge("autoscaler_last_decision_timestamp_seconds",
+                                   "Time of the last decision recorded in the ledger.",
                                    registry=r)
+        self.decisions_unrecorded = Counter(
+            "autoscaler_decisions_unrecorded_total", "Decisions that could not be written to the ledger (a full "
+            "disk, a read-only or unreachable database); none of them was acted on.", registry=r)
         self.last_tick = Gauge("autoscaler_last_tick_timestamp_seconds", "Time of the last finished tick.",
                                registry=r)
         self.tick_interval = Gauge("autoscaler_tick_interval_seconds", "scaling.tick_interval_s.", registry=r)

@@ -9,12 +9,15 @@
   lease stops acting at once (the act in flight is killed, its journal row says ``interrupted``)
   and the process exits 1, so that its supervisor restarts it as a standby (client-go's users
   do the same in ``OnStoppedLeading``).
-- **The tick** (APScheduler, one at a time: ``max_instances=1``, coalesced, misfires within one
-  interval run late rather than never): reload the policy if its file changed, then
+- **The tick** (``service.schedule``: on the monotonic clock, one at a time, a late tick run once
+  rather than never; a wall-clock step changes nothing): reload the policy if its file changed, then
   ``Controller.tick()`` (reconcile, signals, decide, record, act), then the metrics.
 - **HTTP** on ``--listen`` from its own thread, never waiting on the tick: ``/healthz`` (200 while
-  ticks run on time, 503 when the last one is older than three intervals), ``/metrics``, ``/status``
-  (bearer ``AUTOSCALER_STATUS_TOKEN`` when set).
+  ticks run on time and their decisions are recorded; 503 when the last tick is older than three
+  intervals, by the monotonic clock, or when the last tick's decision could not be recorded),
+  ``/metrics``, ``/status`` (bearer ``AUTOSCALER_STATUS_TOKEN`` when set).
+- **SIGHUP** re-reads the policy file (as most daemons do), even when its size and mtime did not
+  change; an edit is picked up within ``WATCH_S`` without it anyway.
 - **Shutdown** on SIGTERM/SIGINT: no new tick starts; the lease keeps being renewed while the tick
   in progress finishes (a drain in progress is parked: its state is in the database and the next
   leader resumes it). An act still running after ``CUT_AFTER_S`` is cut (its process group killed,
@@ -33,13 +36,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler import __version__
@@ -57,6 +57,7 @@ from autoscaler.policy.model import ActuatorKind, Group, Policy
 from autoscaler.service.controller import POLICY_KEY, Controller, Controls
 from autoscaler.service.executor import CORE_PHASE, Executor, Fence
 from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.schedule import MonotonicScheduler
 from autoscaler.service.shadow import ShadowFleet
 from autoscaler.service.status import build_status
 from autoscaler.service.warmstart import WarmStart
@@ -122,6 +123,10 @@ class PolicyFile:
             return None
         return (st.st_mtime, st.st_size)
 
+    def reread(self) -> None:
+        """Read the file at the next ``check`` even when its size and mtime did not change (SIGHUP)."""
+        self._stat = None
+
     def check(self) -> tuple[str, LoadedPolicy | list[str] | None, str | None]:
         """('same'|'valid'|'invalid', loaded policy or error lines, text)."""
         fp = self._fingerprint()
@@ -177,6 +182,11 @@ class Service:
         self.controller: Controller | None = None
         self.last_tick_at: float | None = None
         self.started_at = clock()
+        # Ticks and health on the monotonic clock: a wall-clock step neither delays a tick nor hides one.
+        self.last_tick_mono: float | None = None
+        self.started_mono = time.monotonic()
+        self._hup = threading.Event()  # SIGHUP: re-read the policy file at the next watch
+        self._unrecorded_seen = 0
         self._stop = threading.Event()
         self._cut = threading.Event()  # set by the shutdown: the act in flight is killed
         self._deposed: str | None = None  # why this instance stopped leading (the process then exits 1)
@@ -192,7 +202,7 @@ class Service:
         self._control_kicked: int | None = None  # the control the watch last ran a tick for
         self._interrupted_seen = 0
         self._tick_lock = threading.Lock()
-        self._scheduler: BackgroundScheduler | None = None
+        self._scheduler: MonotonicScheduler | None = None
         self._http: ThreadingHTTPServer | None = None
         self._gateway: GatewayClient | None = None
         self._signals: Any = None  # a SignalSource once leading
@@ -368,6 +378,10 @@ class Service:
         """Between ticks, every ``WATCH_S``: a policy edit is applied (a long ``tick_interval_s``
         reverted takes effect now, not an interval later), and a newly recorded operator control
         (pause, pin, cordon) runs the next tick at once. Never waits on a tick in progress."""
+        if self._hup.is_set() and self.controller is not None:
+            self._hup.clear()
+            self.policy_file.reread()
+            log.info("SIGHUP: re-reading the policy file %s", self.policy_file.path)
         if self._stop.is_set() or self.controller is None or not self._tick_lock.acquire(blocking=False):
             return
         kick = False
@@ -399,10 +413,7 @@ class Service:
 
     def _kick_tick(self) -> None:
         if self._scheduler is not None and self._scheduler.running:
-            try:
-                self._scheduler.modify_job("tick", next_run_time=datetime.now(timezone.utc))
-            except Exception:  # noqa: BLE001 - the tick is scheduled anyway; this only makes it sooner
-                pass
+            self._scheduler.kick("tick")
 
     def _lead(self) -> bool:
         """In the tick thread: build the controller once the lease is held (bounded: the run, the
@@ -432,14 +443,14 @@ class Service:
             # leading() checks the renew deadline on the local clock now, not the last renewal's answer:
             # a renewal that hangs must not leave this instance acting.
             if not self._lead():
-                self.last_tick_at = self.clock()
+                self.last_tick_at, self.last_tick_mono = self.clock(), time.monotonic()
                 return
             self._reload_policy()
             controller = self.controller
             assert controller is not None  # _lead() built it
             self.last_tick_ok = controller.tick() is not None
             self._observe(controller)
-            self.last_tick_at = self.clock()
+            self.last_tick_at, self.last_tick_mono = self.clock(), time.monotonic()
             self.metrics.last_tick.set(self.last_tick_at)
         except Exception:  # noqa: BLE001 - the scheduler loop is the one place that catches broadly
             self.last_tick_ok = False
@@ -542,7 +553,7 @@ class Service:
         self._set_policy_metrics(value.policy, value.sha256)
         log.info("policy reloaded: %s (sha256 %s)", value.path, value.sha256[:12])
         if value.policy.scaling.tick_interval_s != old_interval and self._scheduler is not None:
-            self._scheduler.reschedule_job("tick", trigger=IntervalTrigger(seconds=value.policy.scaling.tick_interval_s))
+            self._scheduler.reschedule("tick", value.policy.scaling.tick_interval_s)
 
     @staticmethod
     def _refuse_live(c: Controller, new: Policy) -> str | None:
@@ -582,10 +593,13 @@ class Service:
         for phase, n in counts.items():
             m.groups.labels(phase).set(n)
         d = c.last_decision
-        if d is not None:
+        if d is not None and c.last_tick_recorded:
             m.groups_desired.set(d.target_groups)
             m.decisions.labels(str(d.action), str(d.reason)).inc()
-            m.last_decision.set(c.last_decision_at or 0)
+            m.last_decision.set(c.last_decision_at or 0)  # recorded decisions only: AutoscalerNoDecision
+        if c.unrecorded_decisions > self._unrecorded_seen:
+            m.decisions_unrecorded.inc(c.unrecorded_decisions - self._unrecorded_seen)
+        self._unrecorded_seen = c.unrecorded_decisions
         m.groups_ceiling.set(effective_bounds(c.policy, self.clock()).ceiling)
         m.paused.set(1 if c.controls.paused else 0)
         cordoned = len(c.controls.cordoned)
@@ -687,10 +701,16 @@ class Service:
 
     def healthy(self) -> tuple[bool, str]:
         interval = self.loaded.policy.scaling.tick_interval_s
-        last = self.last_tick_at or self.started_at
-        age = self.clock() - last
+        last = self.last_tick_mono if self.last_tick_mono is not None else self.started_mono
+        age = time.monotonic() - last  # monotonic: a clock stepped back does not make an old tick new
         if age > 3 * interval + 1:
             return False, f"the last tick is {age:.0f} s old (interval {interval:g} s)"
+        c = self.controller
+        if c is not None and c.record_error is not None:
+            # Ticks run but decide nothing that counts: the leader takes no action on an unrecorded
+            # decision, so it would not scale up either (a full disk, a read-only database).
+            return False, (f"decisions not recorded for {c.unrecorded_streak} tick(s), no action taken: "
+                           f"{c.record_error}")
         return True, "ok"
 
     # ------------------------------------------------------------------ lifecycle
@@ -760,13 +780,10 @@ class Service:
             return 0
         self.serve_http()
         interval = self.loaded.policy.scaling.tick_interval_s
-        sched = self._scheduler = BackgroundScheduler(timezone="UTC")
-        sched.add_job(self.tick, IntervalTrigger(seconds=interval), id="tick", max_instances=1, coalesce=True,
-                      misfire_grace_time=max(1, int(interval)), next_run_time=None)
-        sched.add_job(self.watch, IntervalTrigger(seconds=WATCH_S), id="watch", max_instances=1, coalesce=True,
-                      misfire_grace_time=max(1, int(WATCH_S)))
+        sched = self._scheduler = MonotonicScheduler()
+        sched.add("tick", self.tick, interval, first_in_s=0.0)  # the first tick at once
+        sched.add("watch", self.watch, WATCH_S)
         sched.start()
-        sched.modify_job("tick", next_run_time=datetime.now(timezone.utc))  # the first tick at once
         self._lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
         self._lease_thread.start()
         received: list[str] = []
@@ -776,8 +793,13 @@ class Service:
             self.fence.stopping.set()  # no new act from here on; the one in flight may finish
             self._stop.set()
 
+        def on_hup(_signum, _frame) -> None:  # reload, as most daemons do: the policy file is re-read
+            self._hup.set()
+            sched.kick("watch")
+
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
+        signal.signal(signal.SIGHUP, on_hup)
         while not self._stop.wait(0.5):
             pass
         code = 1 if self._deposed is not None and not received else 0
@@ -795,7 +817,7 @@ class Service:
         self.fence.stopping.set()  # the act in flight may finish; no new one starts
         t0 = time.monotonic()
         if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)  # no new tick; the lease thread keeps renewing
+            self._scheduler.shutdown()  # no new tick; the lease thread keeps renewing
         got = self._tick_lock.acquire(timeout=CUT_AFTER_S)  # the tick in progress ends ...
         if not got:
             log.warning("shutdown: the act in flight is still running after %.0f s; cutting it", CUT_AFTER_S)

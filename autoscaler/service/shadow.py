@@ -23,6 +23,10 @@ STATE_KEY = "shadow"
 
 
 class ShadowFleet:
+    # The real fleet's phases are unknown here: a real group whose series are all absent (its
+    # worker is off) is taken as off, not as a signal problem (service.controller._snapshot).
+    silent_is_off = True
+
     def __init__(self, policy: Policy, live: LiveLedger, *, run_id: int, epoch: int,
                  clock: Callable[[], float] = time.time) -> None:
         self.policy, self.live, self.run_id, self.epoch, self.clock = policy, live, run_id, epoch, clock

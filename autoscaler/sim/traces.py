@@ -344,6 +344,22 @@ def _finish(
     )
 
 
+def _csv_error(exc: csv.Error) -> str:
+    """The csv module's error in a row's terms: its field limit is 131,072 characters, which no
+    field of a request (a time or a token count) comes near."""
+    if "field larger than field limit" in str(exc):
+        return f"a field is longer than {csv.field_size_limit():,} characters: not a request"
+    return f"not CSV: {exc}"
+
+
+def _header(reader: Any, display: str) -> list[str] | None:
+    """The first row of a CSV file (None: the file is empty); a malformed one is bad input at line 1."""
+    try:
+        return next(reader, None)
+    except csv.Error as exc:
+        raise BadInput(f"{display}:1: header: {_csv_error(exc)}") from None
+
+
 def _rows(reader: Any, display: str, skip: bool, parse: Callable[[list[str]], None]) -> tuple[int, int]:
     """Feed non-blank csv rows to ``parse``; return (rows read, bad rows).
 
@@ -351,7 +367,18 @@ def _rows(reader: Any, display: str, skip: bool, parse: Callable[[list[str]], No
     bad row like any other: it was dropped without a count, so a trace cut into commas by an export
     looked complete."""
     read = bad = 0
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # a field over the reader's limit (131,072 characters), a stray NUL...
+            # The reader has consumed the offending line and goes on with the next one.
+            read += 1
+            if not skip:
+                raise BadInput(f"{display}:{reader.line_num}: {_csv_error(exc)}") from None
+            bad += 1
+            continue
         if not row or (len(row) == 1 and not row[0].strip()):
             continue  # blank line
         read += 1
@@ -401,7 +428,7 @@ def _load_azure(p: Path, display: str, _start: float, skip: bool) -> Trace:
 
     with _open_text(p, display) as fh:
         reader = csv.reader(fh)
-        header = next(reader, None)
+        header = _header(reader, display)
         if header is None or tuple(c.strip() for c in header) != _AZURE_HEADER:
             got = ",".join(header or [])
             raise BadInput(f"{display}:1: header: expected {','.join(_AZURE_HEADER)}, got {got!r}")
@@ -422,7 +449,7 @@ def _load_csv(p: Path, display: str, start_epoch: float, skip: bool) -> Trace:
 
     with _open_text(p, display) as fh:
         reader = csv.reader(fh)
-        header = next(reader, None)
+        header = _header(reader, display)
         names = [c.strip() for c in (header or [])]
         for name in _CSV_REQUIRED:
             if name not in names:
