@@ -107,7 +107,8 @@ def render(numbers: dict[str, Any]) -> str:
            f"= {cells} cells; a cell meets its targets when its SLO attainment is within 0.5 pp of always-on's, "
            f"its node-hours at most the rate oracle's (ServeGen traces: it knows each window's future rate, not "
            f"its draws), and no setting of HPA or of a peer does better on both): **{ins} of {cells} cells meet "
-           f"all three in-sample, {oos} of {cells} out-of-sample** (leave one trace out).",
+           f"all three in-sample, {oos} of {cells} out-of-sample** (leave one trace out; the policy: "
+           f"{m['candidate']}).",
            "",
            "| trace | saved % of always-on's node-hours | rate oracle saves % | oracle saves % | worst SLO gap pp "
            "| meets all three, in-sample | out-of-sample | SLO misses | above the rate oracle "

@@ -42,29 +42,38 @@ def test_the_matrix_summary_adds_up_and_is_what_the_summariser_makes_of_a_cv_mat
         assert 0 <= t["out_of_sample"] <= t["cells"] and 0 <= t["in_sample"] <= t["cells"] == 9
         # a cell that meets all three misses none: the misses (of which a cell may have several) leave
         # at least cells - in_sample cells with one
-        misses = t["slo_misses"] + t["oracle_misses"] + t["hpa_dominated"] + t["peer_dominated"]
+        misses = t["slo_misses"] + t["rate_oracle_misses"] + t["hpa_dominated"] + t["peer_dominated"]
         assert misses >= t["cells"] - t["in_sample"]
 
     # bench/cv_matrix.py --json's shape: two candidates, one fold choosing the other on one trace
-    def verdict(meets: bool, slo: bool = True, peer: str | None = None) -> dict:
-        return {"meets_targets": meets, "slo_within_0_5pp_of_static": slo, "within_10pct_of_oracle": True,
-                "dominated_by_hpa": False, "peer_dominating": {"kpa": peer, "apa": None}}
+    def row(trace: str, candidate: int, meets: bool, slo: bool = True, peer: str | None = None,
+            ours: float = 90.0, rate: float | None = None) -> dict:
+        refs = {"static": {"node_hours": 100.0}, "oracle": {"node_hours": 80.0},
+                "oracle_rate": None if rate is None else {"node_hours": rate}}
+        verdict = {"meets_targets": meets, "slo_within_0_5pp_of_static": slo, "slo_gap_vs_static_pp": 0.1,
+                   "within_rate_oracle": None if rate is None else ours <= rate,
+                   "dominated_by_hpa": False, "peer_dominating": {"kpa": peer, "apa": None}}
+        return {"trace": trace, "candidate": candidate, "verdict": verdict, "refs": refs,
+                "ours": {"node_hours": ours}}
 
     cv = {"candidates": ["a", "b"], "chosen": 0, "folds": {"azure-2023-conv": 1, "servegen-m-small": 0},
           "results": [
-              {"trace": "azure-2023-conv", "candidate": 0, "verdict": verdict(True)},
-              {"trace": "azure-2023-conv", "candidate": 0, "verdict": verdict(False, slo=False)},
-              {"trace": "azure-2023-conv", "candidate": 1, "verdict": verdict(False, peer="0.8")},
-              {"trace": "azure-2023-conv", "candidate": 1, "verdict": verdict(False, slo=False)},
-              {"trace": "servegen-m-small", "candidate": 0, "verdict": verdict(False, peer="0.9")},
-              {"trace": "servegen-m-small", "candidate": 1, "verdict": verdict(True)}]}
+              row("azure-2023-conv", 0, True),
+              row("azure-2023-conv", 0, False, slo=False),
+              row("azure-2023-conv", 1, False, peer="0.8"),
+              row("azure-2023-conv", 1, False, slo=False),
+              row("servegen-m-small", 0, False, peer="0.9", ours=95.0, rate=92.0),
+              row("servegen-m-small", 1, True, rate=92.0)]}
     got = readme_numbers.summarise_matrix(cv)
     assert got["candidate"] == "a"
+    # azure: always-on 200 node-hours over two cells, ours 180: 10% saved; the oracle 160: 20%
     assert got["traces"] == [
         {"trace": "azure-conv (1 h)", "cells": 2, "in_sample": 1, "out_of_sample": 0, "slo_misses": 1,
-         "oracle_misses": 0, "hpa_dominated": 0, "peer_dominated": 0},
+         "worst_gap_pp": 0.1, "saved_pct": 10.0, "rate_oracle_saved_pct": None, "oracle_saved_pct": 20.0,
+         "rate_oracle_misses": 0, "hpa_dominated": 0, "peer_dominated": 0},
         {"trace": "m-small (14 d)", "cells": 1, "in_sample": 0, "out_of_sample": 0, "slo_misses": 0,
-         "oracle_misses": 0, "hpa_dominated": 0, "peer_dominated": 1}]
+         "worst_gap_pp": 0.1, "saved_pct": 5.0, "rate_oracle_saved_pct": 8.0, "oracle_saved_pct": 20.0,
+         "rate_oracle_misses": 1, "hpa_dominated": 0, "peer_dominated": 1}]
 
 
 def test_the_14_day_table_in_docs_backtest_is_the_committed_run() -> None:
