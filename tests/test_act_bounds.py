@@ -19,15 +19,8 @@ import time
 from pathlib import Path
 
 from autoscaler.actuators.base import KILL_GRACE_S, run_bounded
+from tests.support.fake_site import alive
 from tests.support.procs import PYTHON, Proc, wait_until
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _kill(*pids: int) -> None:
@@ -47,7 +40,7 @@ def test_a_background_child_holding_the_pipe_does_not_hold_the_command(tmp_path)
         assert out.exit_code == 0 and out.output_tail == "launched\n", out
         assert took < 3.0, f"run_bounded waited {took:.1f} s on a pipe held by a background child"
         # The background child was not killed: a start script's worker must outlive the script.
-        assert _alive(int(pid_file.read_text()))
+        assert alive(int(pid_file.read_text()))
     finally:
         if pid_file.exists():
             _kill(int(pid_file.read_text()))
@@ -62,7 +55,7 @@ def test_a_command_ignoring_sigterm_dies_at_its_timeout_plus_the_grace(tmp_path)
         took = time.monotonic() - t0
         assert out.timed_out and out.exit_code is None, out
         assert took < 1 + KILL_GRACE_S + 3.0, took
-        wait_until(lambda: not _alive(int(pid_file.read_text())), 5, what="the group's sleep killed")
+        wait_until(lambda: not alive(int(pid_file.read_text())), 5, what="the group's sleep killed")
     finally:
         if pid_file.exists():
             _kill(int(pid_file.read_text()))
@@ -86,7 +79,7 @@ def test_a_frozen_controller_does_not_extend_its_command(tmp_path):
         started = time.monotonic()
         os.kill(driver.pid, signal.SIGSTOP)  # the controller freezes 0-1 s into a 2 s command
         # The command must die by its own deadline (2 s + the kill grace), with the parent frozen.
-        wait_until(lambda: not _alive(cmd_pid), 2 + KILL_GRACE_S + 6, what="the command dead while its parent is frozen")
+        wait_until(lambda: not alive(cmd_pid), 2 + KILL_GRACE_S + 6, what="the command dead while its parent is frozen")
         assert time.monotonic() - started < 2 + KILL_GRACE_S + 6
         assert Path(f"/proc/{driver.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"  # still frozen
     finally:
@@ -95,3 +88,65 @@ def test_a_frozen_controller_does_not_extend_its_command(tmp_path):
         driver.kill()
         if cmd_pid:
             _kill(cmd_pid)
+
+
+def test_a_leader_whose_tick_stops_deciding_stops_leading_and_exits(tmp_path):
+    # Issue 34 item 2: a tick wedged for good (here: a fault point that never returns, between a
+    # start's intent and its act) kept the lease renewed by its own thread: leader=True, /healthz 503,
+    # no decision, no takeover. Now the tick watchdog stops renewing and the process exits 1 (its
+    # supervisor restarts it; on SQLite the kernel releases the flock at once).
+    from tests.support.procs import gateway
+    from tests.test_fenced_acts import command_policy, fleet_folder, kill_workers, run_proc, status
+
+    folder = fleet_folder(tmp_path)
+    policy = command_policy(tmp_path / "p.yaml", folder, timeout_s=2, lifecycle={"health_timeout_s": 3})
+    bound = 34.0  # service.watchdog.bound_s: max(3 x 1 s, 2 + 2 s, 3 s) + 30 s
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    try:
+        with gateway(tmp_path) as gw:
+            proc, url = run_proc(tmp_path, policy, db, gw.url, name="wedged",
+                                 env={"AUTOSCALER_FAULTS": "hang:before_act:start"})
+            with proc:
+                wait_until(lambda: status(url)["groups"]["g1"]["phase"] == "starting", 60, what="g1's start marked",
+                           proc=proc, interval_s=0.5)
+                wedged_at = time.monotonic()
+                # The lease thread stops renewing after the bound; the shutdown's budget (25 s) follows.
+                rc = proc.wait(bound + 25 + 30)
+                took = time.monotonic() - wedged_at
+                assert rc == 1, (rc, proc.log()[-2000:])
+                assert "the tick made no progress" in proc.log()
+                assert took > bound - 5, took  # not before the bound: a slow tick is not a stalled one
+    finally:
+        kill_workers(folder)
+
+
+def test_the_service_tells_systemd_it_is_ready_and_feeds_its_watchdog(tmp_path):
+    # deploy/systemd/autoscaler.service: Type=notify, WatchdogSec. A real AF_UNIX datagram socket
+    # stands in for systemd's NOTIFY_SOCKET; `autoscaler run` (advisory, SQLite) must send READY=1
+    # and then WATCHDOG=1 every lease retry (2 s) while its tick runs.
+    import socket
+
+    from tests.support.live import write_policy
+    from tests.support.procs import free_port
+
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(1.0)
+    policy = write_policy(tmp_path / "p.yaml", actuator={"kind": "advisory"})
+    argv = [PYTHON, "-m", "autoscaler", "run", "--policy", str(policy), "--db", f"sqlite:///{tmp_path}/l.db",
+            "--signals", "direct", "--listen", f"127.0.0.1:{free_port()}",
+            "--gateway", f"http://127.0.0.1:{free_port()}"]
+    got: list[str] = []
+    try:
+        with Proc(argv, tmp_path / "run.log", env={"NOTIFY_SOCKET": str(sock_path)}) as proc:
+            end = time.monotonic() + 60
+            while time.monotonic() < end and got.count("WATCHDOG=1") < 2:
+                try:
+                    got.append(sock.recv(256).decode())
+                except TimeoutError:
+                    assert proc.alive(), proc.log()[-2000:]
+    finally:
+        sock.close()
+    assert got and got[0] == "READY=1", got
+    assert got.count("WATCHDOG=1") >= 2, got
