@@ -20,6 +20,7 @@ from pathlib import Path
 
 from autoscaler.actuators.base import KILL_GRACE_S, run_bounded
 from tests.support.fake_site import alive
+from tests.support.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.support.procs import PYTHON, Proc, wait_until
 
 
@@ -150,3 +151,45 @@ def test_the_service_tells_systemd_it_is_ready_and_feeds_its_watchdog(tmp_path):
         sock.close()
     assert got and got[0] == "READY=1", got
     assert got.count("WATCHDOG=1") >= 2, got
+
+
+def test_a_frozen_leaders_start_dies_at_its_timeout_and_the_new_leader_acts_only_after(tmp_path, pg_url):  # noqa: F811
+    # Issue 34 item 7, as reported: SIGSTOP 2 s into a start with timeout_s 10. Before, the start ran
+    # as long as the script wanted (70 s there, 60 s here), because its timeout was enforced by the
+    # frozen parent, and the new leader's acts on g1 overlapped it.
+    from sqlalchemy import create_engine, text
+
+    from tests.support.fleet_script import calls
+    from tests.support.procs import gateway
+    from tests.test_fenced_acts import command_policy, fleet_folder, kill_workers, run_proc, status
+
+    folder = fleet_folder(tmp_path, start_sleep_s=60)
+    policy = command_policy(tmp_path / "p.yaml", folder, timeout_s=10, lifecycle={"health_deadline_s": 120})
+    try:
+        with gateway(tmp_path) as gw:
+            a, url_a = run_proc(tmp_path, policy, pg_url, gw.url, name="a")
+            with a:
+                wait_until(lambda: any(c["call"] == "start" and c["group"] == "g1" for c in calls(folder)), 60,
+                           what="a's start of g1 runs", proc=a)
+                time.sleep(2)
+                a.signal(signal.SIGSTOP)
+                b, url_b = run_proc(tmp_path, policy, pg_url, gw.url, name="b")
+                with b:
+                    wait_until(lambda: status(url_b)["leader"], 40, what="b takes over", proc=b)
+                    wait_until(lambda: status(url_b)["groups"]["g1"]["phase"] == "ready", 120,
+                               what="g1 ready under b", proc=b, interval_s=0.5)
+                a.signal(signal.SIGCONT)
+            starts = [c for c in calls(folder) if c["call"] == "start" and c["instance"] == "a"]
+            assert starts
+            for c in starts:  # killed by its own deadline: 10 s, SIGTERM; the script dies with it
+                assert c["end"] is None and c["last"] - c["begin"] < 10 + KILL_GRACE_S + 2, c
+            engine = create_engine(pg_url)
+            try:
+                with engine.connect() as conn:
+                    b_first = conn.execute(text("SELECT MIN(intent_at) FROM actions WHERE group_name = 'g1' "
+                                                "AND epoch = 2")).scalar()
+            finally:
+                engine.dispose()
+            assert b_first is not None and b_first.timestamp() > max(c["last"] for c in starts)
+    finally:
+        kill_workers(folder)
