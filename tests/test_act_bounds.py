@@ -193,3 +193,31 @@ def test_a_frozen_leaders_start_dies_at_its_timeout_and_the_new_leader_acts_only
             assert b_first is not None and b_first.timestamp() > max(c["last"] for c in starts)
     finally:
         kill_workers(folder)
+
+
+def test_a_start_script_leaving_a_child_on_its_output_never_holds_the_tick(tmp_path):
+    # Issue 34 item 2, in a controller: the start script returns rc 0 at once but leaves a child
+    # holding its stdout for 60 s. Before, the tick waited for that pipe: no decision, /healthz 503,
+    # g1 never registered for a minute. Now g1 is ready within seconds and the ticks go on.
+    import httpx
+
+    from tests.support.procs import gateway
+    from tests.test_fenced_acts import command_policy, fleet_folder, kill_workers, run_proc, status
+
+    folder = fleet_folder(tmp_path, bg_holds_pipe_s=60)
+    policy = command_policy(tmp_path / "p.yaml", folder, timeout_s=60)
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    try:
+        with gateway(tmp_path) as gw:
+            proc, url = run_proc(tmp_path, policy, db, gw.url, name="a")
+            with proc:
+                wait_until(lambda: status(url)["groups"]["g1"]["phase"] in ("starting", "ready"), 60,
+                           what="g1 started", proc=proc, interval_s=0.25)
+                t0 = time.monotonic()
+                wait_until(lambda: status(url)["groups"]["g1"]["phase"] == "ready", 30,
+                           what="g1 ready while its start's child still holds the pipe", proc=proc, interval_s=0.25)
+                assert time.monotonic() - t0 < 30
+                assert httpx.get(url + "/healthz", timeout=2).status_code == 200
+                assert any("bg_pid" in line for line in (folder / "calls.jsonl").read_text().splitlines())
+    finally:
+        kill_workers(folder)
