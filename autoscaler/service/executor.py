@@ -26,12 +26,19 @@ A group's life (``fleet_groups.phase``)::
 
 - starting: the start was issued; waiting for the worker's /health (deadline
   ``lifecycle.health_deadline_s``). A command actuator's pair with one half down fails at once.
+  With power control (``actuator.power_on``) the start is two acts: ``power_on``, then, once
+  every node's status answers (booting; deadline ``lifecycle.boot_deadline_s``), ``start``. The
+  power controller's "off" (``power_status``) is what the actuator's status reports as stopped.
+  A starting group whose newest start/power-on act never completed (a crash between the mark and
+  the act, or cut) and that reads stopped gets its start issued again.
 - registering: ``POST /workers`` sent; waiting until the gateway lists the worker healthy
   (deadline ``lifecycle.register_deadline_s`` from the worker's first healthy answer, also while
   the gateway cannot be used; or the gateway's job failed).
 - ready: serving. Its /health is read every tick (timeout ``lifecycle.health_timeout_s``); it is
   failed when ``lifecycle.health_failures_before_failed`` probes in a row fail, or when a probe
-  fails and the gateway also lists it unhealthy. A gateway that restarted (it keeps workers in
+  fails and the gateway also lists it unhealthy; within the disruption budget of health: not while
+  the gateway lists it healthy (for ``health_gateway_grace_s``), not beyond
+  ``health_max_failed_groups`` failed for /health at once, never the last group serving. A gateway that restarted (it keeps workers in
   memory only) gets the group back (``reregistered``).
 - draining: removed from the gateway (every id listed at the group's URL, again each tick: a
   DELETE during a pending add does not cancel it). It is drained when a reading of the worker's
@@ -670,8 +677,9 @@ class Executor:
         may be ``serving`` (the gateway does not list it unhealthy) and no other ready group is
         (none without a failed probe): a fleet-wide blip takes nothing down."""
         lc = self.policy.lifecycle
-        failing = sorted(n for n, r in self.records.items()
-                         if n != name and r.phase == "failed" and (r.cause or "").startswith(HEALTH_CAUSE))
+        # A cordoned one is out until an operator returns it: it no longer counts as being taken down.
+        failing = sorted(n for n, r in self.records.items() if n != name and r.phase == "failed"
+                         and not r.cordoned and (r.cause or "").startswith(HEALTH_CAUSE))
         if len(failing) >= lc.health_max_failed_groups:
             return (f"{', '.join(failing)} already failed for /health (lifecycle.health_max_failed_groups "
                     f"{lc.health_max_failed_groups})")
