@@ -115,3 +115,47 @@ def test_documented_power_templates_boot_stop_fail_and_retry(tmp_path, monkeypat
             gw_client.close()
             probe.close()
             ledger.close()
+
+
+def test_autoscaler_run_with_the_power_templates_boots_the_floor_and_powers_a_cordoned_group_off(tmp_path):
+    # The setting from outside: `autoscaler run` with the documented templates. Before, the
+    # floor's group failed at once (ssh start while booting), and within seconds every group was failed.
+    from autoscaler.cli import main as cli
+    from tests.support.procs import PYTHON, Proc, wait_until
+    from tests.test_fenced_acts import status
+
+    ports = [free_port() for _ in range(3)]
+    path = write_policy(tmp_path / "policy.yaml", ports=ports, actuator={"kind": "command", **TEMPLATES, "timeout_s": 10},
+                        drain={"settle_s": 0.5, "timeout_s": 30, "on_timeout": "stop"},
+                        lifecycle={"boot_deadline_s": 30, "health_deadline_s": 60, "register_deadline_s": 20,
+                                   "status_sweep_s": 2, "health_timeout_s": 2})
+    policy = load_policy(path).policy
+    site, bin_dir = tmp_path / "site", tmp_path / "bin"
+    fake_site.install(bin_dir, site, boot_s=3, hosts={n.address: n.name for g in policy.fleet.groups for n in g.nodes},
+                      groups={g.name: {"port": p, "first": g.nodes[0].address}
+                              for g, p in zip(policy.fleet.groups, ports)})
+    db = f"sqlite:///{tmp_path}/ledger.db"
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", fake_site.SITE_ENV: str(site)}
+    try:
+        with gateway(tmp_path) as gw:
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            argv = [PYTHON, "-m", "autoscaler", "run", "--policy", str(path), "--db", db, "--signals", "direct",
+                    "--listen", f"127.0.0.1:{port}", "--gateway", gw.url]
+            with Proc(argv, tmp_path / "run.log", env=env) as proc:
+                wait_until(lambda: status(url)["groups"]["g1"]["phase"] == "ready", 60, what="g1 ready after its boot",
+                           proc=proc, interval_s=0.5)
+                assert not any(g["phase"] == "failed" for g in status(url)["groups"].values()), status(url)
+                # Cordon g1: another group is started first (the floor), then g1 is drained, stopped and
+                # powered off; the BMC's "off" says it is off.
+                assert cli(["cordon", "g1", "--reason", "maintenance", "--by", "test", "--db", db]) == 0
+                wait_until(lambda: status(url)["groups"]["g1"]["phase"] == "off", 90, what="g1 off after its drain",
+                           proc=proc, interval_s=0.5)
+                assert [fake_site.power(site, n.name) for n in policy.fleet.groups[0].nodes] == ["off", "off"]
+                groups = status(url)["groups"]
+                assert not any(g["phase"] == "failed" for g in groups.values()), groups
+                assert any(g["phase"] == "ready" for name, g in groups.items() if name != "g1"), groups
+    finally:
+        for pid in fake_site.worker_pids(site):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
