@@ -169,7 +169,8 @@ def test_epoch_and_instance_fill_the_templates_for_the_sites_own_fencing(tmp_pat
 def test_a_forced_stop_powers_off_even_when_the_in_band_stop_fails_or_hangs(tmp_path):
     script = tmp_path / "node.sh"
     for mode in ("fail", "hang"):
-        act, folder, policy = make_actuator(tmp_path, power_off=[str(script), "power_off", "{node.name}"])
+        act, folder, policy = make_actuator(tmp_path, power_off=[str(script), "power_off", "{node.name}"],
+                                            power_status=[str(script), "power_status", "{node.name}"])
         g = policy.fleet.groups[0]
         for node in g.nodes:
             (folder / f"stop-{node.name}").write_text(mode)

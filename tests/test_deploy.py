@@ -201,6 +201,14 @@ def test_autoscaler_unit_has_the_key_options():
     # SIGTERM, exit within 30 s: systemd must wait longer than that before it kills.
     assert one(unit, svc, "KillSignal") == "SIGTERM"
     assert seconds(one(unit, svc, "TimeoutStopSec")) > 30
+    # The service says READY=1 and feeds the watchdog; systemd's watchdog comes after the
+    # controller's own tick watchdog (which stops leading and exits 1) has had its say.
+    from autoscaler.policy.loader import load_policy
+    from autoscaler.service.watchdog import bound_s
+
+    assert one(unit, svc, "Type") == "notify"
+    bound = bound_s(load_policy(DEPLOY.parent / "policies" / "default.yaml").policy)
+    assert seconds(one(unit, svc, "WatchdogSec")) > bound + 30
     for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "PrivateDevices", "ProtectKernelTunables",
                 "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups", "LockPersonality",
                 "MemoryDenyWriteExecute", "RestrictNamespaces", "RestrictSUIDSGID", "RestrictRealtime"):

@@ -17,8 +17,7 @@ from sqlalchemy import text
 
 from autoscaler.actuators.local import port_open
 from autoscaler.adapters.gateway import GatewayClient, GatewayUnauthorized
-from autoscaler.core import decide
-from autoscaler.core.types import Action, GroupSignals, Memory, Phase, SignalSnapshot
+from autoscaler.core.types import Action, Phase
 from autoscaler.errors import RuntimeFailure
 from autoscaler.ledger.live import LiveLedger
 from autoscaler.service.executor import Executor, RecordsUnavailable
@@ -220,18 +219,53 @@ def test_a_start_that_never_becomes_healthy_is_cleaned_up_retried_with_backoff_t
 
 
 def test_a_ready_group_whose_health_fails_is_failed_removed_and_replaced(fleet, gw):
-    f = fleet(lifecycle={"health_failures_before_failed": 2, "retry_backoff_s": 60})
-    f.start("g1")
+    # The gateway's word aside (grace 0: the gateway's own checks run only every 60 s here).
+    f = fleet(lifecycle={"health_failures_before_failed": 2, "retry_backoff_s": 60, "health_gateway_grace_s": 0})
+    f.start("g1", "g2")
     httpx.post(f.url("g1") + "/_emulator/fault", json={"health": "fail"}, timeout=5)
     f.reconcile_until(lambda: f.phase("g1") == "failed", 10, what="g1 failed")
     assert "/health failed 2 probe(s) in a row" in f.executor.records["g1"].cause
     assert f.url("g1") not in {w["url"] for w in gw.workers()}
     # taken down like a drain: out of the gateway, then stopped once its own in-flight count is 0
     f.reconcile_until(lambda: not f.running("g1"), 15, what="g1 stopped")
-    # The core's next decision replaces it: below the floor, start another group.
-    snapshot = SignalSnapshot(time.time(), {}, GroupSignals())
-    d, _ = decide(snapshot, f.executor.fleet_state(), f.policy, Memory(), time.time())
-    assert d.action is Action.SCALE_UP and d.group == "g2"
+    # The core sees it failed (not capacity) and replaces it when the rest cannot carry the load.
+    assert f.executor.fleet_state().groups["g1"].phase is Phase.FAILED
+    # The health budget (1 group failed for /health at once) is spent, and g2 is the last serving:
+    # its own failed probes keep it in service, with an alert.
+    httpx.post(f.url("g2") + "/_emulator/fault", json={"health": "fail"}, timeout=5)
+    reports = [f.executor.reconcile() for _ in range(4)]
+    assert f.phase("g2") == "ready" and f.executor.records["g2"].health_failures >= 3
+    assert any("g2: /health failed" in a and "kept in service" in a for r in reports for a in r.alerts)
+
+
+def test_a_fleet_wide_health_blip_takes_no_group_down(fleet, gw):
+    # Issue 34 item 3: /health fails on every ready worker for about 4 s while the gateway still lists
+    # them healthy. Before: all three failed and removed at the same tick; nothing served for ~28 s.
+    f = fleet(lifecycle={"health_failures_before_failed": 2, "retry_backoff_s": 60})
+    f.start("g1", "g2", "g3")
+    for g in ("g1", "g2", "g3"):
+        httpx.post(f.url(g) + "/_emulator/fault", json={"health": "fail"}, timeout=5)
+    end = time.monotonic() + 4
+    while time.monotonic() < end:
+        f.executor.reconcile()
+        time.sleep(0.3)
+    assert {g: f.phase(g) for g in ("g1", "g2", "g3")} == {"g1": "ready", "g2": "ready", "g3": "ready"}
+    assert min(f.executor.records[g].health_failures for g in ("g1", "g2", "g3")) >= 2  # the probes did fail
+    assert {w["url"] for w in gw.workers()} >= {f.url(g) for g in ("g1", "g2", "g3")}
+    for g in ("g1", "g2", "g3"):
+        httpx.post(f.url(g) + "/_emulator/fault", json={"health": "ok"}, timeout=5)
+    f.executor.reconcile()
+    assert all(f.executor.records[g].health_failures == 0 for g in ("g1", "g2", "g3"))
+    # Without the gateway's word (grace 0) the last serving group is still never failed: the same
+    # blip on all three keeps all three (each sees no other group serving).
+    f.executor.policy = f.policy.model_copy(update={"lifecycle": f.policy.lifecycle.model_copy(
+        update={"health_gateway_grace_s": 0.0})})
+    for g in ("g1", "g2", "g3"):
+        httpx.post(f.url(g) + "/_emulator/fault", json={"health": "fail"}, timeout=5)
+    for _ in range(6):
+        f.executor.reconcile()
+        time.sleep(0.3)
+    assert {g: f.phase(g) for g in ("g1", "g2", "g3")} == {"g1": "ready", "g2": "ready", "g3": "ready"}
 
 
 def test_ledger_unwritable_no_new_action_starts_and_what_is_in_flight_finishes(fleet, gw):

@@ -11,6 +11,7 @@ epoch older than the newest it has seen) and ``{instance}`` (the acting controll
       status: [ssh, --, "{node.address}", systemctl, is-active, --quiet, "sglang-tp2@{group.name}"]
       power_on:  [ipmitool, -H, "{node.name}-bmc", chassis, power, on]     # optional
       power_off: [ipmitool, -H, "{node.name}-bmc", chassis, power, soft]   # optional
+      power_status: [ipmitool, -H, "{node.name}-bmc", chassis, power, status]  # required with power_*
       timeout_s: 60
 
 ssh joins its remote arguments into one string that the remote shell parses again: the policy
@@ -23,6 +24,12 @@ A forced stop runs ``power_off`` on every node even when the in-band ``stop`` fa
 hung OS still gets its BMC power-off). Status: exit 0 = running, 3 = stopped (as
 ``systemctl is-active``), anything else = unknown. A start or stop runs only while its
 ``ActContext`` is not aborted: losing leadership kills the command's process group.
+
+**Power.** With ``power_on``/``power_off`` the power controller is the authority on "off": a node
+whose ``power_status`` says off is stopped, whatever its in-band status (an ssh to a powered-off
+host exits 255, which alone reads as unknown). Booting is a step of its own: the executor runs
+``power_on`` (``power_on()``), waits until every node's in-band status answers (``booted()``, with
+``lifecycle.boot_deadline_s``), and only then the start command (``start(..., boot=False)``).
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ class CommandActuator:
 
     def __init__(self, policy: Policy) -> None:
         self.config = policy.actuator
+        # Boots in a step of its own (the executor's): power_on, then the start once booted.
+        self.power_control = bool(self.config.power_on)
         nodes = sum(len(g.nodes) for g in policy.fleet.groups)
         # Every node of every group at once: a status sweep of the fleet takes one slow ssh, not six.
         self._pool = ThreadPoolExecutor(max_workers=max(2, nodes), thread_name_prefix="actuator")
@@ -88,8 +97,23 @@ class CommandActuator:
 
         return list(zip(group.nodes, self._pool.map(steps, group.nodes)))
 
-    def start(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> ActResult:
-        results = self._on_each_node(group, self.config.power_on, self.config.start, ctx=ctx)
+    def power_on(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> ActResult:
+        """``power_on`` on every node: returns once the power controller took the order (the OS
+        boots afterwards: ``booted()`` says when)."""
+        return _act_result("powered on", "power on", self._on_each_node(group, self.config.power_on, ctx=ctx))
+
+    def booted(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> tuple[bool, str]:
+        """Has every node booted: powered on (when ``power_status`` can say) and its in-band status
+        answering (running or stopped, not unknown)? And a one-line detail per node."""
+        outcomes = list(zip(group.nodes, self._pool.map(lambda n: self._node_status(group, n, ctx), group.nodes)))
+        up = all(state in (GroupStatus.RUNNING, GroupStatus.STOPPED) and detail != POWERED_OFF
+                 for _, (state, detail) in outcomes)
+        return up, ", ".join(f"{n.name} {detail}" for n, (_, detail) in outcomes)
+
+    def start(self, group: Group, *, ctx: ActContext = NO_CONTEXT, boot: bool = True) -> ActResult:
+        """Start every node: ``power_on`` then ``start`` (``boot=False``: the start alone, the nodes
+        having booted in the executor's own step)."""
+        results = self._on_each_node(group, self.config.power_on if boot else None, self.config.start, ctx=ctx)
         failed = [(n, o) for n, o in results if o is not None and not o.ok]
         if not failed:
             return ActResult(True, f"started {', '.join(n.name for n, _ in results)}", 0,
@@ -111,37 +135,39 @@ class CommandActuator:
 
     def stop(self, group: Group, *, force: bool = False, ctx: ActContext = NO_CONTEXT) -> ActResult:
         # force: the power-off runs whatever the in-band stop did (failed, hung and killed at its timeout).
-        results = self._on_each_node(group, self.config.stop, self.config.power_off, ctx=ctx, keep_going=force)
-        failed = [(n, o) for n, o in results if o is not None and not o.ok]
-        if not failed:
-            return ActResult(True, f"stopped {', '.join(n.name for n, _ in results)}", 0, _tail(results[-1][1]))
-        node, outcome = failed[0]
-        return ActResult(False, "stop failed: " + "; ".join(f"{n.name}: {o.describe()}" for n, o in failed),
-                         outcome.exit_code, _tail(outcome), interrupted=any(o.interrupted for _, o in failed))
+        return _act_result("stopped", "stop", self._on_each_node(group, self.config.stop, self.config.power_off,
+                                                                 ctx=ctx, keep_going=force))
 
     def status(self, group: Group, *, ctx: ActContext = NO_CONTEXT) -> tuple[GroupStatus, str]:
-        return self._status_of(group, self._on_each_node(group, self.config.status, ctx=ctx))
+        return self.status_many([group], ctx=ctx)[group.name]
 
     def status_many(self, groups: Iterable[Group], *, ctx: ActContext = NO_CONTEXT) -> dict[str, tuple[GroupStatus, str]]:
         """The status of several groups at once (every node in parallel): one sweep of the fleet
         takes as long as its slowest status command."""
         groups = list(groups)
-        futures = {g.name: [(n, self._pool.submit(self._run, self.config.status, g, n, ctx)) for n in g.nodes]
-                   for g in groups}
-        return {g.name: self._status_of(g, [(n, f.result()) for n, f in futures[g.name]]) for g in groups}
+        futures = {g.name: [(n, self._pool.submit(self._node_status, g, n, ctx)) for n in g.nodes] for g in groups}
+        return {g.name: self._status_of([(n, f.result()) for n, f in futures[g.name]]) for g in groups}
+
+    def _node_status(self, group: Group, node: Node, ctx: ActContext) -> tuple[GroupStatus, str]:
+        """One node: the power controller first (its "off" decides), then the in-band status."""
+        power = None
+        if self.config.power_status:
+            power = _power_reading(self._run(self.config.power_status, group, node, ctx))
+            if power == "off":
+                return GroupStatus.STOPPED, POWERED_OFF
+        outcome = self._run(self.config.status, group, node, ctx)
+        if outcome is None:
+            return GroupStatus.UNKNOWN, "no status command"
+        if outcome.exit_code == 0:
+            return GroupStatus.RUNNING, "running"
+        if outcome.exit_code == 3:
+            return GroupStatus.STOPPED, "stopped"
+        prefix = "powered on, not answering (booting?): " if power == "on" else ""
+        return GroupStatus.UNKNOWN, prefix + outcome.describe()
 
     @staticmethod
-    def _status_of(group: Group, results: list[tuple[Node, CommandOutcome | None]]) -> tuple[GroupStatus, str]:
-        states = []
-        for node, outcome in results:
-            if outcome is None:
-                states.append((node, GroupStatus.UNKNOWN, "no status command"))
-            elif outcome.exit_code == 0:
-                states.append((node, GroupStatus.RUNNING, "running"))
-            elif outcome.exit_code == 3:
-                states.append((node, GroupStatus.STOPPED, "stopped"))
-            else:
-                states.append((node, GroupStatus.UNKNOWN, outcome.describe()))
+    def _status_of(results: list[tuple[Node, tuple[GroupStatus, str]]]) -> tuple[GroupStatus, str]:
+        states = [(node, state, detail) for node, (state, detail) in results]
         detail = ", ".join(f"{n.name} {d}" for n, _, d in states)
         kinds = {s for _, s, _ in states}
         if kinds == {GroupStatus.RUNNING}:
@@ -151,6 +177,28 @@ class CommandActuator:
         if GroupStatus.UNKNOWN in kinds:
             return GroupStatus.UNKNOWN, detail
         return GroupStatus.PARTIAL, detail
+
+
+def _act_result(done: str, act: str, results: list[tuple[Node, CommandOutcome | None]]) -> ActResult:
+    """Every node's outcome as one result: ``"stopped g1-a, g1-b"`` or ``"stop failed: g1-a: ..."``."""
+    failed = [(n, o) for n, o in results if o is not None and not o.ok]
+    if not failed:
+        return ActResult(True, f"{done} {', '.join(n.name for n, _ in results)}", 0, _tail(results[-1][1]))
+    _node, outcome = failed[0]
+    return ActResult(False, f"{act} failed: " + "; ".join(f"{n.name}: {o.describe()}" for n, o in failed),
+                     outcome.exit_code, _tail(outcome), interrupted=any(o.interrupted for _, o in failed))
+
+
+POWERED_OFF = "powered off"  # a node's status detail when the power controller says off
+
+
+def _power_reading(outcome: CommandOutcome | None) -> str | None:
+    """'on', 'off' or None (unknown) from ``power_status``: exit 0 and the output's last word."""
+    if outcome is None or not outcome.ok:
+        return None
+    words = outcome.output_tail.strip().lower().split()
+    last = words[-1].strip(".") if words else ""
+    return last if last in ("on", "off") else None
 
 
 def _tail(outcome: CommandOutcome | None, limit: int = 2000) -> str | None:

@@ -210,6 +210,16 @@ class LiveLedger:
             return conn.execute(select(func.max(ActionRow.intent_at)).where(
                 ActionRow.group_name == group, ActionRow.kind == "start")).scalar()
 
+    def last_action(self, group: str, kinds: tuple[str, ...]) -> ActionInfo | None:
+        """The newest act of one of ``kinds`` on ``group`` (None: never): whether a starting group's
+        start (or power-on) ran, is in flight, or never ran (a crash between its mark and its act)."""
+        with self.ledger._read() as conn:
+            r = conn.execute(select(ActionRow.__table__).where(
+                ActionRow.group_name == group, ActionRow.kind.in_(kinds)).order_by(ActionRow.id.desc()).limit(1)).first()
+        if r is None:
+            return None
+        return ActionInfo(r.id, r.group_name, r.kind, r.intent_at, r.result_at, r.outcome, r.detail, r.epoch)
+
     # ------------------------------------------------------------------ controller state
     def fleet_id(self, *, epoch: int) -> str:
         """This ledger's fleet id: made by the first caller (insert only, so two that race agree)

@@ -599,6 +599,9 @@ TEMPLATE_FIELDS = ("node.name", "node.address", "group.name", "group.worker_url"
 _TEMPLATE_FIELD = re.compile(r"\{([^{}]*)\}")
 
 
+POWER_AND_SITE_TEMPLATES = ("start", "stop", "status", "power_on", "power_off", "power_status")
+
+
 class Actuator(StrictModel):
     kind: ActuatorKind = Field(ActuatorKind.ADVISORY, description="advisory (default: act on nothing), local or command.")
     stopped_power_state: PowerState | None = Field(
@@ -616,6 +619,12 @@ class Actuator(StrictModel):
     )
     power_on: Argv | None = Field(None, description="command: optional argv per node run before start (IPMI, WoL).")
     power_off: Argv | None = Field(None, description="command: optional argv per node run after stop.")
+    power_status: Argv | None = Field(
+        None, description="command: argv per node asking the power controller (BMC, PDU) whether the node is powered; "
+        "exit 0 with its last word 'on' or 'off' (ipmitool's 'Chassis Power is off'), anything else = unknown. "
+        "Required with power_on or power_off: its 'off' is what says a node is off (its in-band status cannot answer "
+        "then), and a powered-on node is booted once its status answers.",
+    )
     timeout_s: PosFloat = Field(60, description="command: most time one command may run before it is killed (s).")
     output_limit_bytes: Int = Field(
         65536, ge=256, le=16_777_216, description="command: most output kept from one command (the tail is recorded)."
@@ -628,10 +637,13 @@ class Actuator(StrictModel):
                 if not getattr(self, name):
                     raise FieldError(name, "is required when actuator.kind is command (an argv list)")
         else:
-            for name in ("start", "stop", "status", "power_on", "power_off"):
+            for name in POWER_AND_SITE_TEMPLATES:
                 if getattr(self, name) is not None:
                     raise FieldError(name, f"is only used by actuator.kind command (this is {self.kind.value})")
-        for name in ("start", "stop", "status", "power_on", "power_off"):
+        if (self.power_on or self.power_off) and not self.power_status:
+            raise FieldError("power_status", "is required with power_on or power_off: only the power controller can "
+                             "say a node is off (its status command cannot answer then)")
+        for name in POWER_AND_SITE_TEMPLATES:
             argv = getattr(self, name)
             if argv is None:
                 continue
@@ -689,6 +701,20 @@ class LifecycleRules(StrictModel):
     )
     stop_deadline_s: PosFloat = Field(
         120, description="Most time from the stop command to the group reported stopped (seconds)."
+    )
+    boot_deadline_s: PosFloat = Field(
+        600, description="command with power_on: most time from the power-on to every node's status answering "
+        "(booted), when the start command runs (seconds). A group not booted by then is failed.",
+    )
+    health_max_failed_groups: Int = Field(
+        1, ge=1, description="Disruption budget of health: at most this many groups are failed for /health at once "
+        "(failed, not yet off); and never the last ready group that serves. A group over the budget stays in "
+        "service and is failed once the budget allows (a fleet-wide blip takes no group down).",
+    )
+    health_gateway_grace_s: NonNegFloat = Field(
+        120, description="The gateway's word: a worker the gateway still lists healthy is failed for its /health "
+        "only after the probes have failed for this long (the gateway's own checks run every "
+        "--health-check-interval-secs, 60 s by default). 0: the controller's probes alone decide.",
     )
 
     def backoff_s(self, attempt: int) -> float:

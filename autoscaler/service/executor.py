@@ -26,12 +26,19 @@ A group's life (``fleet_groups.phase``)::
 
 - starting: the start was issued; waiting for the worker's /health (deadline
   ``lifecycle.health_deadline_s``). A command actuator's pair with one half down fails at once.
+  With power control (``actuator.power_on``) the start is two acts: ``power_on``, then, once
+  every node's status answers (booting; deadline ``lifecycle.boot_deadline_s``), ``start``. The
+  power controller's "off" (``power_status``) is what the actuator's status reports as stopped.
+  A starting group whose newest start/power-on act never completed (a crash between the mark and
+  the act, or cut) and that reads stopped gets its start issued again.
 - registering: ``POST /workers`` sent; waiting until the gateway lists the worker healthy
   (deadline ``lifecycle.register_deadline_s`` from the worker's first healthy answer, also while
   the gateway cannot be used; or the gateway's job failed).
 - ready: serving. Its /health is read every tick (timeout ``lifecycle.health_timeout_s``); it is
   failed when ``lifecycle.health_failures_before_failed`` probes in a row fail, or when a probe
-  fails and the gateway also lists it unhealthy. A gateway that restarted (it keeps workers in
+  fails and the gateway also lists it unhealthy; within the disruption budget of health: not while
+  the gateway lists it healthy (for ``health_gateway_grace_s``), not beyond
+  ``health_max_failed_groups`` failed for /health at once, never the last group serving. A gateway that restarted (it keeps workers in
   memory only) gets the group back (``reregistered``).
 - draining: removed from the gateway (every id listed at the group's URL, again each tick: a
   DELETE during a pending add does not cancel it). It is drained when a reading of the worker's
@@ -60,8 +67,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
-from autoscaler.actuators.base import ActContext, ActResult, Actuator, GroupStatus
+from autoscaler.actuators.base import KILL_GRACE_S, ActContext, ActResult, Actuator, GroupStatus
 from autoscaler.adapters.gateway import GatewayClient, GatewayError, GatewayWorker, normalise_url
 from autoscaler.adapters.worker_probe import WorkerProbe
 from autoscaler.core.types import Action, Decision, FleetState, GroupState, Phase
@@ -83,6 +91,8 @@ CORE_PHASE = {
     "failed": Phase.FAILED,
 }
 SERVED = ("registering", "ready", "draining")  # phases in which the gateway may have routed requests to it
+HEALTH_CAUSE = "/health failed"  # how a health-driven failure's cause begins (the health budget counts them)
+START_KINDS = ("power_on", "start")  # the acts that begin a start: their newest says whether it ran
 
 
 class RecordsUnavailable(RuntimeFailure):
@@ -108,10 +118,13 @@ class Fence:
     cut: threading.Event = field(default_factory=threading.Event)
     epoch: Callable[[], int] | None = None  # the lease's epoch now: an act needs the executor's own
     stopping: threading.Event = field(default_factory=threading.Event)  # SIGTERM: no new act starts
+    beat: Callable[[], None] = lambda: None  # the tick made progress (the service's tick watchdog)
 
     def may_act(self, epoch: int | None = None) -> bool:
         """May an act of ``epoch`` run (or go on running) now? Never after a takeover, even if
-        this instance took the lease back with a newer epoch (it woke from a freeze)."""
+        this instance took the lease back with a newer epoch (it woke from a freeze). Asked before
+        every act and every 0.1 s while one runs: each ask is progress for the tick watchdog."""
+        self.beat()
         if self.cut.is_set() or not self.leading():
             return False
         return epoch is None or self.epoch is None or self.epoch() == epoch
@@ -164,6 +177,9 @@ class Executor:
         self._swept_at: float | None = None
         self._busy: dict[str, tuple[float, int, str]] = {}  # group -> (until, action id, what): an older act
         self._healthy_at: dict[str, float] = {}  # when a starting group's worker first answered /health
+        self._unhealthy_at: dict[str, float] = {}  # when a ready group's /health first failed (in a row)
+        # group -> (kind, outcome, intent time) of its newest start or power-on act, None: never (read once)
+        self._start_steps: dict[str, tuple[str, str | None, float] | None] = {}
         self.node_states: dict[str, tuple[str, float]] = {}  # group -> (power state charged, since)
         self.interrupted_acts = 0  # acts cut before they finished (for the service's metric)
 
@@ -378,13 +394,15 @@ class Executor:
     def _act_timeout_s(self, kind: str) -> float:
         """How long an act of ``kind`` can run at most: a command actuator's start runs up to four
         commands per node in a row (power_on, start, then stop and power_off of the half that came
-        up), a stop two (stop, power_off), each bounded by ``timeout_s``."""
+        up), a power-on one, a stop two (stop, power_off), each bounded by ``timeout_s`` plus the
+        kill grace of ``timeout -k`` (carried by the command itself, so it holds even if the leader
+        that ran it froze)."""
         if kind in ("register", "deregister"):
             return 30.0
-        timeout = getattr(self.policy.actuator, "timeout_s", 60.0)
+        timeout = getattr(self.policy.actuator, "timeout_s", 60.0) + KILL_GRACE_S
         if self.actuator.kind != "command":
             return 15.0
-        return (4 if kind == "start" else 2) * timeout + 5.0
+        return {"start": 4, "power_on": 1}.get(kind, 2) * timeout + 5.0
 
     def _settle_open_intents(self, now: float, report: TickReport) -> None:
         """Intents without a result from an older epoch (a crash, or a leader deposed mid-act): each
@@ -404,6 +422,7 @@ class Executor:
                 self._busy[action.group] = (until, action.id, what)
                 continue
             self._busy.pop(action.group, None)
+            self._start_steps.pop(action.group, None)  # its outcome changes: read again
             try:
                 self.live.result(action.id, epoch=self.epoch, at=now, outcome="abandoned",
                                  detail=f"{action.detail}: no result recorded by epoch {action.epoch}; its timeout "
@@ -446,6 +465,7 @@ class Executor:
             return report
         for g in self.policy.fleet.groups:
             rec = self.records[g.name]
+            self.fence.beat()
             try:
                 step = getattr(self, f"_settle_{rec.phase}")
                 step(g, rec, report, statuses.get(g.name))
@@ -512,6 +532,21 @@ class Executor:
             elif state in (GroupStatus.RUNNING, GroupStatus.PARTIAL) and charged != "active":
                 self._write(rec, now, None, node_state="active")
             return  # no act on it (register, fail, stop) before the older act's timeout
+        step = self._start_step(g.name)
+        if step is None or step[1] != "ok":
+            # Its start (or power-on) never ran to its end: a crash between the mark and the act, or
+            # cut by a shutdown. None is in flight (an older leader's would be in _busy above, this
+            # leader's acts run in this thread): once the group reads stopped, start it again now,
+            # not at the health deadline.
+            status = status or self._status(g)
+            if status[0] is GroupStatus.STOPPED:
+                why = "never ran" if step is None else f"{step[0]} {step[1] or 'left without a result'}"
+                self._issue_start(g, rec.with_(start_began_at=now), f"start {g.name} again: its {why} and it "
+                                  f"reads stopped ({status[1]})", report=report)
+                return
+        if step is not None and step[0] == "power_on" and getattr(self.actuator, "power_control", False):
+            self._settle_booting(g, rec, report, step[2], now)
+            return
         if self.actuator.kind == "command":
             status = status or self._status(g)
             if status[0] is GroupStatus.PARTIAL:
@@ -598,17 +633,31 @@ class Executor:
             return
         healthy, detail = self.probe.healthy(g.worker_url)
         if not healthy:
+            lc = self.policy.lifecycle
             failures = rec.health_failures + 1
+            since = self._unhealthy_at.setdefault(g.name, now)
             listed = self._listed_at(g.worker_url) if self._listed is not None else []
             gateway_unhealthy = bool(listed) and not any(w.healthy for w in listed)
-            if failures >= self.policy.lifecycle.health_failures_before_failed or gateway_unhealthy:
-                why = (f"/health failed {failures} probe(s) in a row ({detail})"
-                       + ("; the gateway also lists it unhealthy" if gateway_unhealthy else ""))
-                self._fail(g, rec, report, why)
-                return
+            gateway_healthy = any(w.healthy for w in listed)
+            held = None
+            if failures >= lc.health_failures_before_failed or gateway_unhealthy:
+                if gateway_healthy and now - since < lc.health_gateway_grace_s:
+                    held = (f"the gateway still lists it healthy (failed only after "
+                            f"{lc.health_gateway_grace_s:g} s of failed probes: lifecycle.health_gateway_grace_s)")
+                else:
+                    held = self._health_budget_refuses(g.name, serving=not gateway_unhealthy)
+                    if held is None:
+                        why = (f"{HEALTH_CAUSE} {failures} probe(s) in a row ({detail})"
+                               + ("; the gateway also lists it unhealthy" if gateway_unhealthy else ""))
+                        self._unhealthy_at.pop(g.name, None)
+                        self._fail(g, rec, report, why)
+                        return
+                    report.alerts.append(f"{g.name}: /health failed {failures} probe(s) in a row; kept in "
+                                         f"service: {held}")
             self._write(rec.with_(health_failures=failures), now, None)
-            report.steps.append(f"{g.name}: health failure {failures} ({detail})")
+            report.steps.append(f"{g.name}: health failure {failures} ({detail})" + (f"; kept: {held}" if held else ""))
             return
+        self._unhealthy_at.pop(g.name, None)
         if rec.health_failures:
             self._write(rec.with_(health_failures=0), now, None)
             rec = self.records[g.name]
@@ -622,6 +671,23 @@ class Executor:
             self._write(rec.with_(worker_id=worker_id), now, "reregistered",
                         f"the gateway did not list {g.worker_url}; POST /workers -> {worker_id}")
             report.steps.append(f"{g.name}: re-registered with the gateway")
+
+    def _health_budget_refuses(self, name: str, *, serving: bool) -> str | None:
+        """Why health may not fail ``name`` now (None: it may): the disruption budget of health
+        (``lifecycle.health_max_failed_groups`` failed for /health and not yet off) is spent, or it
+        may be ``serving`` (the gateway does not list it unhealthy) and no other ready group is
+        (none without a failed probe): a fleet-wide blip takes nothing down."""
+        lc = self.policy.lifecycle
+        # A cordoned one is out until an operator returns it: it no longer counts as being taken down.
+        failing = sorted(n for n, r in self.records.items() if n != name and r.phase == "failed"
+                         and not r.cordoned and (r.cause or "").startswith(HEALTH_CAUSE))
+        if len(failing) >= lc.health_max_failed_groups:
+            return (f"{', '.join(failing)} already failed for /health (lifecycle.health_max_failed_groups "
+                    f"{lc.health_max_failed_groups})")
+        if serving and not any(n != name and r.phase == "ready" and r.health_failures == 0
+                               for n, r in self.records.items()):
+            return "no other ready group is serving (health never takes down the last one)"
+        return None
 
     def _out_of_gateway(self, g: Group, rec: GroupRecord, report: TickReport, now: float) -> GroupRecord | None:
         """Remove the group from the gateway (again while it is listed: a pending add appears after
@@ -825,13 +891,60 @@ class Executor:
             return f"{name}: not started: it is {rec.phase}"
         mark = rec.with_(phase="starting", since=now, start_began_at=now, removed_at=None, worker_id=None,
                          health_failures=0)
-        result = self._act(name, "start", f"start {name} ({', '.join(n.name for n in g.nodes)})",
-                           lambda ctx: self.actuator.start(g, ctx=ctx), mark=mark, event="started",
-                           node_state="active", decision_id=decision_id)
+        result = self._issue_start(g, mark, f"start {name} ({', '.join(n.name for n in g.nodes)})",
+                                   decision_id=decision_id)
         if not result.ok:
-            self._fail(g, self.records[name], TickReport(), result.detail)
             return f"{name}: start failed: {result.detail}"
         return f"{name}: starting"
+
+    def _issue_start(self, g: Group, mark: GroupRecord, detail: str, *, decision_id: int | None = None,
+                     report: TickReport | None = None) -> ActResult:
+        """Mark ``starting`` and begin the start: the power-on when the actuator boots nodes in a
+        step of its own (the start command follows once they have booted), else the start command.
+        A failed act fails the group (retried after its backoff)."""
+        at = self.clock()
+        actuator = cast(Any, self.actuator)
+        powered = bool(getattr(actuator, "power_control", False))
+        kind = "power_on" if powered else "start"
+        self._start_steps.pop(g.name, None)  # read again if the act raises (cut, records unavailable)
+        result = self._act(g.name, kind, detail + (" (power on; the start follows once booted)" if powered else ""),
+                           (lambda ctx: actuator.power_on(g, ctx=ctx)) if powered else
+                           (lambda ctx: actuator.start(g, ctx=ctx)),
+                           mark=mark, event="started", node_state="active", decision_id=decision_id)
+        self._start_steps[g.name] = (kind, "ok" if result.ok else "failed", at)
+        if not result.ok:
+            self._fail(g, self.records[g.name], report or TickReport(), result.detail)
+        return result
+
+    def _start_step(self, name: str) -> tuple[str, str | None, float] | None:
+        if name not in self._start_steps:
+            try:
+                action = self.live.last_action(name, START_KINDS)
+            except RuntimeFailure as exc:
+                raise RecordsUnavailable(f"records unavailable: {exc}") from exc
+            self._start_steps[name] = None if action is None else (action.kind, action.outcome, action.intent_at)
+        return self._start_steps[name]
+
+    def _settle_booting(self, g: Group, rec: GroupRecord, report: TickReport, began: float, now: float) -> None:
+        """Powered on; the start command runs once every node's status answers (booted). The
+        power controller's "off" is read by the status: a node that stays off fails at the deadline."""
+        actuator = cast(Any, self.actuator)
+        up, detail = actuator.booted(g, ctx=ActContext(self.epoch, self.fence.instance))
+        if up:
+            at = self.clock()
+            result = self._act(g.name, "start", f"start {g.name}: booted {at - began:.0f} s after its power-on "
+                               f"({detail})", lambda ctx: actuator.start(g, ctx=ctx, boot=False))
+            self._start_steps[g.name] = ("start", "ok" if result.ok else "failed", at)
+            if not result.ok:
+                self._fail(g, self.records[g.name], report, result.detail)
+            else:
+                report.steps.append(f"{g.name}: booted; start issued")
+            return
+        deadline = self.policy.lifecycle.boot_deadline_s
+        if now - began > deadline:
+            self._fail(g, rec, report, f"did not boot within {deadline:g} s of its power-on ({detail})")
+            return
+        report.steps.append(f"{g.name}: booting for {now - began:.0f} s ({detail})")
 
     def _begin_drain(self, name: str, decision_id: int | None) -> str:
         _g, rec = self.group(name), self.records[name]  # group() refuses an unknown name

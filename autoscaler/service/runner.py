@@ -61,6 +61,7 @@ from autoscaler.service.schedule import MonotonicScheduler
 from autoscaler.service.shadow import ShadowFleet
 from autoscaler.service.status import build_status
 from autoscaler.service.warmstart import WarmStart
+from autoscaler.service.watchdog import TickWatchdog, bound_s, sd_notify
 from autoscaler.settings import Settings
 
 log = logging.getLogger("autoscaler.service")
@@ -193,8 +194,9 @@ class Service:
         self._led = False  # this process has led: losing the lease then ends it
         self._lease_thread: threading.Thread | None = None
         self._lease_stop = threading.Event()
+        self.watchdog = TickWatchdog()
         self.fence = Fence(leading=self.leadership.leading, instance=self.instance, cut=self._cut,
-                           epoch=lambda: int(self.leadership.epoch))
+                           epoch=lambda: int(self.leadership.epoch), beat=self.watchdog.beat)
         self._led_epoch: int | None = None
         self.reload_refused: str | None = None
         self._pending: tuple[LoadedPolicy, str] | None = None  # a valid edit not applied yet (refused, or unrecorded)
@@ -364,9 +366,26 @@ class Service:
                       "this instance as a standby", self._deposed)
             self._stop.set()
 
+    def _stalled(self) -> bool:
+        """The tick watchdog (service.watchdog): a leader whose tick made no progress for its bound
+        stops renewing and leading, and exits 1; otherwise systemd's watchdog is fed."""
+        quiet = self.watchdog.stalled(bound_s(self.loaded.policy))
+        if quiet is None:
+            sd_notify("WATCHDOG=1")
+            return False
+        if self._deposed is None and not self._stop.is_set():
+            self._deposed = f"the tick made no progress for {quiet:.0f} s (stopped deciding)"
+            log.error("no longer leading (%s): the lease is no longer renewed and the act in flight is cut; exiting "
+                      "so that the supervisor restarts this instance", self._deposed)
+            self._cut.set()
+            self._stop.set()
+        return True
+
     def _lease_loop(self) -> None:
         retry = getattr(self.leadership, "retry_s", 2.0)
         while not self._lease_stop.wait(retry):
+            if self._stalled():
+                continue  # never renewed again: the lease expires and a standby takes over
             try:
                 self.renew()
             except Exception:  # noqa: BLE001 - the lease loop must never die
@@ -437,6 +456,7 @@ class Service:
         if not self._tick_lock.acquire(timeout=1.0):  # the watch holds it for milliseconds
             return  # a tick is still running: this one is skipped (APScheduler also never overlaps)
         t0 = time.monotonic()
+        self.watchdog.begin()
         try:
             if self._stop.is_set():
                 return
@@ -456,6 +476,7 @@ class Service:
             self.last_tick_ok = False
             log.exception("tick failed; the next tick tries again")
         finally:
+            self.watchdog.end()
             self.metrics.tick_duration.observe(time.monotonic() - t0)
             self._tick_lock.release()
 
@@ -786,6 +807,7 @@ class Service:
         sched.start()
         self._lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
         self._lease_thread.start()
+        sd_notify("READY=1")  # Type=notify: serving /healthz; leading or standing by
         received: list[str] = []
 
         def on_signal(signum, _frame) -> None:

@@ -12,7 +12,8 @@ the real-process tests: every call is logged, and the group's server is an emula
 - ``status``: after ``status_sleep_s`` (a slow ssh), exit 0 when the worker's process is alive (or
   the marker exists), else 3 (as ``systemctl is-active``: active from the start, not from ready).
 
-``D/config.json`` holds ``start_sleep_s``, ``status_sleep_s`` and ``worker_startup_s``; it is read
+``D/config.json`` holds ``start_sleep_s``, ``status_sleep_s``, ``worker_startup_s`` and
+``bg_holds_pipe_s`` (a start then leaves a ``sleep`` holding its stdout that long); it is read
 at every call, so a test can change them while the controller runs. Every call appends JSON lines to
 ``D/calls.jsonl``: ``{"call", "id", "begin"}`` at the start, ``{"id", "hb"}`` every 0.2 s while it
 sleeps, ``{"id", "end", "rc"}`` at the end. A call killed by the controller (its process group)
@@ -97,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
                                     start_new_session=True)
             pid_file.write_text(str(proc.pid))
             _log(folder, {"id": call_id, "worker_pid": proc.pid, "group": args.group, "launched": time.time()})
+            if config.get("bg_holds_pipe_s"):
+                # What a careless start script does (`nohup helper &`): a background child that
+                # inherits the script's stdout, so the pipe stays open after the script exits.
+                bg = subprocess.Popen(["sleep", str(config["bg_holds_pipe_s"])], stdin=subprocess.DEVNULL)
+                _log(folder, {"id": call_id, "bg_pid": bg.pid, "group": args.group})
         elif not first:
             marker.write_text("up")
         _sleep(folder, call_id, float(config.get("start_sleep_s", 0)))
@@ -159,7 +165,7 @@ def worker_pids(folder: Path) -> list[int]:
     every process whose output goes to a worker log in ``folder``. A start cut between the launch
     and its log line (a controller stopped mid-act kills the script, not the worker it started, as
     a systemd unit outlives ssh) leaves a worker only the second finds."""
-    pids = {c["worker_pid"] for c in _raw(folder) if "worker_pid" in c}
+    pids = {c.get("worker_pid") or c["bg_pid"] for c in _raw(folder) if "worker_pid" in c or "bg_pid" in c}
     logs = str(Path(folder).resolve()) + "/worker-"
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
