@@ -83,3 +83,22 @@ def test_the_tails_sorted_rises_updated_an_hour_at_a_time_are_the_full_sort():
     stale = mem.with_(tail_sorted=())
     c = tail_changes(stale, ((mem.rise_tail[-1][0] * 60 + 60, 1.0, 3.0, 4.0),), 0)
     assert c["tail_sorted"] == closed_tail_rises(c["rise_tail"])
+
+
+def test_the_fast_path_holds_a_drain_the_utilisation_cap_refuses():
+    """Without the numbers (explain=False) a drain the cap refuses is refused at once, as explained:
+    demand 11 on 3 ready groups, 2 left carry 12 at the tests' target 1.0: 11 / 12 = 0.92 over the cap
+    0.9, however low the risk (no rises measured to refuse it)."""
+    from core_helpers import T0, fleet, make_policy, signals
+
+    from autoscaler.core import Action, Memory, decide
+
+    policy = make_policy(scaling={"target_utilization": 1.0, "scale_down": {
+        "min_measured_rises": 0, "utilization_below": 0.9, "stabilization_s": 0, "cooldown_after_scale_up_s": 0,
+        "min_group_uptime_s": 0, "tail_within_h": None}})
+    mem = Memory(minute_now=(int(T0 // 60), 11.0, 1), surplus_since=T0 - 3600,
+                 rises_sorted=(0.0,) * 360, rise_reach=((0.0, 11.0, 11.0),) * 360)
+    sig = signals(g1=(4, 0, 0.2), g2=(4, 0, 0.1), g3=(3, 0, 0.1), request_rate=1.0)
+    for explain in (True, False):
+        d, _ = decide(sig, fleet("ready", "ready", "ready"), policy, mem, T0, explain=explain)
+        assert d.action is Action.HOLD, (explain, d.detail)
