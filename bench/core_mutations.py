@@ -37,7 +37,7 @@ M = [
  ("autoscaler/core/decide.py", "watch = open_drain_watch(t.memory, t.now)", "watch: dict = {}", f"{SE}::test_a_drain_that_moves_sessions_is_charged_and_halves_the_risk_a_drain_may_take"),
  ("autoscaler/core/risk.py", "OVER_SHARE_HALF_LIFE_MINUTES * policy.forecast.minute_s", "OVER_SHARE_HALF_LIFE_MINUTES * 30", f"{SE}::test_the_baseline_is_weighted_by_arrivals_and_halves_in_an_hour"),
  ("autoscaler/sim/engine.py", "latency.over / window if window else None", "0.0 if window else None", f"{SE}::test_the_replay_reads_the_share_of_first_tokens_over_the_target"),
- ("autoscaler/core/decide.py", "    if not explain and not fits:\n        return False, \"\", {}", "    if not explain and not fits:\n        return True, \"\", {}", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
+ ("autoscaler/core/decide.py", "    if not explain and not fits:\n        return False, \"\", {}", "    if not explain and not fits:\n        return True, \"\", {}", f"{F}::test_the_fast_path_holds_a_drain_the_utilisation_cap_refuses"),
  ("autoscaler/core/decide.py", "and fits and judged <= allowed_misses\n", "and fits\n", f"{W}::test_the_weeks_burst_holds_a_drain_the_six_hours_allow"),
  ("autoscaler/core/risk.py", "            for r in tops:\n                del values[bisect_right(values, r) - 1]", "            pass", f"{F}::test_the_tails_sorted_rises_updated_an_hour_at_a_time_are_the_full_sort"),
  ("autoscaler/core/risk.py", "measured > stop_above and n >= PRIOR_RISES", "n >= PRIOR_RISES", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
