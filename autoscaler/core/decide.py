@@ -563,7 +563,8 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     if (down.excess_minutes is not None and risk is not None and remaining > 0 and rate is not None
             and math.isfinite(rate) and rate > 0):
         misses = expected_miss_share(t.memory, policy, t.now, capacity, capacity + t.base_per_group / room,
-                                     rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes)
+                                     rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes,
+                                     stop_above=None if explain else min(allowed, policy.slo.capacity_miss_budget_pct / 100.0))
     judged = misses.share if misses is not None else risk.probability if risk is not None else math.inf
     # In requests the budget is the budget: an unspent one allows no more than itself (the exceedance
     # risk, a proxy, may take up to twice it); a burning one halves it as before. At 2x, five groups

@@ -645,14 +645,18 @@ def _added_sum(z: np.ndarray, u: np.ndarray, level: float, scale: float, after: 
                full: float) -> float:
     """``_added_misses`` summed over rises (z, reach in requests), each carried to today's level as
     ``expected_miss_share`` does, in one array operation."""
-    if not z.size:
-        return 0.0
+    if z.size < 16:  # (a few rises: a loop costs less than the array operations' set-up)
+        total = 0.0
+        for zz, uu in zip(z.tolist(), u.tolist()):
+            total += _added_misses(min(level + zz * scale, level + uu), after, before, full)
+        return total
     top = np.minimum(level + z * scale, level + u)
     return float((np.clip((top - after) / full, 0.0, 1.0) - np.clip((top - before) / full, 0.0, 1.0)).sum())
 
 
 def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float, before: float,
-                        queue_to_miss: float, lead_s: float, excess_minutes: float) -> MissRisk | None:
+                        queue_to_miss: float, lead_s: float, excess_minutes: float,
+                        stop_above: float | None = None) -> MissRisk | None:
     """The capacity misses a drain from ``before`` to ``after`` slots adds, per arrival, over one lead
     time (the risk in requests, set against the budget in requests; docs/core.md).
 
@@ -692,6 +696,10 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     at = int(hz.searchsorted(z_at, side="right"))
     hours = _added_sum(hz[at:], hu[at:], level, scale, after, before, full)
     share_hours = hours / n
+    if stop_above is not None and share_hours * weight_per_moment > stop_above:
+        # (a replay's fast path, as exceed_probability's: the week's tail and the seasonal share only
+        # raise the share, so the answer to "within stop_above?" is already no)
+        return MissRisk(share_hours * weight_per_moment, share_hours * weight_per_moment, None, n, full)
     share_recent, moments = share_hours, n
     if memory.tail_minutes and n >= PRIOR_RISES:
         z, u, last, tail_minutes = tail_view(memory, now, policy.scaling.scale_down.tail_within_h)
