@@ -314,6 +314,55 @@ def test_ray_serve_delays_on_timestamps():
     assert _tick(ray, 600.0, ("ready", "ready", "ready"), 0.5) == ([], ["g3", "g2"])
 
 
+# ---------------------------------------------------------------- a start can be cancelled
+class _Scripted:
+    """A controller that plays (time, starts, drains) steps, on the groups' load only."""
+
+    uses_fleet_signals = False
+    period_s = 15.0
+
+    def __init__(self, steps):
+        self.steps = dict(steps)
+
+    def tick(self, now, signals, fleet):
+        return self.steps.get(now, ([], []))
+
+    def on_ready(self, name, startup_s):
+        pass
+
+
+def test_the_replay_stops_a_starting_group_that_a_controller_drains():
+    # Start-up 600 s. At 0 s two of three groups drain (floor 1); at 60 s g2 starts again; at 120 s
+    # the controller drains it while it is still starting: it stops then (nodes on 60-120 s), it
+    # never serves, and it is no drain. (Before, the replay ignored the drain of a starting group:
+    # g2 became ready at 660 s and stayed on to the end, 1,800 s.)
+    from autoscaler.sim.engine import simulate
+    policy = make_policy()
+    trace = _trace(np.arange(0.0, 1800.0, 30.0), inp=100, out=10)
+    ctl = _Scripted({0.0: ([], ["g3", "g2"]), 60.0: (["g2"], []), 120.0: ([], ["g2"])})
+    result = simulate(trace, policy, ctl)
+    assert result.group_intervals["g2"] == [(60.0, 120.0)]  # (its drain at 0 s stopped it at once: empty)
+    assert result.starts_cancelled == 1 and result.scale_ups == 1 and result.scale_downs == 2
+    assert [e for e in result.events if e[1] == "g2" and e[0] >= 60.0] == \
+        [(60.0, "g2", "start"), (120.0, "g2", "cancel"), (120.0, "g2", "stop")]
+
+
+def test_a_peer_stops_the_starting_group_before_a_ready_one():
+    # 2 ready + 1 starting and the peer wants 2: the starting one stops, the warm ones keep serving;
+    # it wants 1: the starting one, then the least-loaded ready one (of equals, the last in order).
+    policy = make_policy()
+    peer = ApaController(policy, 0.0)
+    fleet, groups = _fleet(("ready", "ready", "starting"), 1.0)
+    signals = SignalSnapshot(0.0, groups, GroupSignals())
+    ready = [fleet.groups["g1"], fleet.groups["g2"]]
+    assert peer.act(2, ready, 1, signals, fleet) == ([], ["g3"])
+    assert peer.act(1, ready, 1, signals, fleet) == ([], ["g3", "g2"])
+    # Two starting: the later started goes first.
+    fleet2 = FleetState({"g1": GroupState("g1", Phase.READY, 0.0), "g2": GroupState("g2", Phase.STARTING, 50.0),
+                         "g3": GroupState("g3", Phase.STARTING, 80.0)})
+    assert peer.act(2, [fleet2.groups["g1"]], 2, signals, fleet2) == ([], ["g3"])
+
+
 # ---------------------------------------------------------------- the backtest's peers
 @pytest.fixture(scope="module")
 def azure():

@@ -101,6 +101,7 @@ def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: floa
         "ttft_p99_s": round(float(np.percentile(result.ttft_s, 99)), 4) if n else None,
         "scale_ups": result.scale_ups,
         "scale_downs": result.scale_downs,
+        "starts_cancelled": result.starts_cancelled,
         "requests_cut_by_drain": result.requests_cut_by_drain,
         "wall_s": round(wall_s, 3),
     }
@@ -129,6 +130,7 @@ def scored_window(result: SimResult, trace: Trace, warmup_s: float) -> SimResult
         group_intervals=intervals, span_s=(start, result.span_s[1]),
         scale_ups=sum(1 for t, _, what in result.events if what == "start" and t >= start),
         scale_downs=sum(1 for t, _, what in result.events if what == "drain" and t >= start),
+        starts_cancelled=sum(1 for t, _, what in result.events if what == "cancel" and t >= start),
         requests_cut_by_drain=int(cut.sum()),
         tick_t=result.tick_t[ticks], tick_demand=result.tick_demand[ticks], tick_ready=result.tick_ready[ticks],
         tick_starting=result.tick_starting[ticks], tick_draining=result.tick_draining[ticks],

@@ -3,8 +3,9 @@
 Each decides on what the core gets (running + queued per group, one scrape old; Dynamo also the
 requests and tokens its frontend counts) and acts on the fleet the same way: the groups it wants
 beyond ready + starting are started (a draining one first, ``core.victim.groups_to_start``), and
-the ones it wants fewer are drained, least loaded first (``core.victim.choose_victim``), ready
-ones only. A group is a replica (a pod); floor and ceiling are the peer's min and max replicas,
+the ones it wants fewer are stopped: groups still starting first (a cancelled start, as a
+ReplicaSet deletes a not-ready pod first), then ready ones drained, least loaded first
+(``core.victim.choose_victim``). A group is a replica (a pod); floor and ceiling are the peer's min and max replicas,
 so none of them scales to zero here (floor >= 1); start-up is the fleet model's.
 
 - ``KpaController``: Knative Serving's KPA, ``pkg/autoscaler/scaling/autoscaler.go`` (``Scale``)
@@ -106,6 +107,19 @@ def fleet_load(signals: SignalSnapshot | GroupLoads, fleet: FleetState,
     return ready, starting, total
 
 
+def starts_to_cancel(fleet: FleetState, count: int) -> list[str]:
+    """Up to ``count`` starting groups to stop, the latest started first: a ReplicaSet scaling down
+    deletes not-ready pods before ready ones, and of those the newest first
+    (kubernetes ``pkg/controller/controller_utils.go``, ``ActivePods.Less``); Ray Serve's
+    ``DeploymentState._scale_deployment_replicas`` pops STARTING replicas before RUNNING ones
+    (``python/ray/serve/_private/deployment_state.py``)."""
+    if count <= 0:
+        return []
+    starting = [g for g in fleet.groups.values() if g.phase == _STARTING]
+    starting.sort(key=lambda g: -g.since)
+    return [g.name for g in starting[:count]]
+
+
 def drain_victims(ready: list, order: dict[str, int], signals: SignalSnapshot | GroupLoads,
                   count: int) -> list[str]:
     """Up to ``count`` ready groups to drain, least loaded first (core.victim), never the last."""
@@ -142,14 +156,23 @@ class _Peer:
         self.order = {n: i for i, n in enumerate(policy.fleet.group_names())}
         self.reading = FleetReading()
 
+    # Whether a scale-down stops starting groups first (the replay's default, as Kubernetes and Ray do);
+    # False only to measure what the missing cancel cost (bench/peers_cancel.py).
+    CANCEL_STARTS = True
+
     def act(self, desired: int, ready: list, starting: int, signals: SignalSnapshot | GroupLoads,
             fleet: FleetState) -> tuple[list[str], list[str]]:
+        """The groups to start and to stop for ``desired`` replicas (within floor and ceiling): starts
+        as ours (a draining group first); fewer: the starting groups first (a cancelled start,
+        ``starts_to_cancel``), then the least-loaded ready ones. E.g. 2 ready + 1 starting, desired 2:
+        the starting group stops, both ready ones keep serving."""
         desired = min(max(desired, self.floor), self.ceiling)
         current = len(ready) + starting
         if desired > current:
             return groups_to_start(fleet, desired - current), []
         if desired < current:
-            return [], drain_victims(ready, self.order, signals, current - desired)
+            cancel = starts_to_cancel(fleet, current - desired) if self.CANCEL_STARTS else []
+            return [], cancel + drain_victims(ready, self.order, signals, current - desired - len(cancel))
         return [], []
 
     def on_ready(self, name: str, startup_s: float) -> None:
