@@ -291,7 +291,8 @@ def test_simulate_json_keys_compare_timeline_and_plot(tmp_path):
     assert set(out["model"]) >= {"prefill_tokens_per_s", "decode_tokens_per_s", "startup_s", "requests_per_group",
                                  "slo_ttft_s"}
     ref = out["reference"]
-    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "kpa", "apa", "ray_serve", "dynamo_planner"}
+    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "kpa", "apa", "aibrix_kpa", "ray_serve",
+                        "dynamo_planner"}
     for r in (ref["static"], ref["hpa"], ref["oracle"], *ref["hpa_sweep"]):
         assert keys <= set(r)
     for peer in ("kpa", "apa", "ray_serve", "dynamo_planner"):  # at their defaults, with what was ported

@@ -23,6 +23,8 @@ from autoscaler.core.types import FleetState, GroupSignals, GroupState, Phase, S
 from autoscaler.policy import load_policy
 from autoscaler.sim import backtest as bt
 from autoscaler.sim.peers import (
+    AibrixCooldown,
+    AibrixKpaController,
     ApaController,
     ConstantPredictor,
     DynamoPlannerController,
@@ -31,6 +33,8 @@ from autoscaler.sim.peers import (
     MovingAveragePredictor,
     RayDelayState,
     RayServeController,
+    aibrix_kpa_target_replicas,
+    aibrix_pending_guard,
     apa_target_replicas,
     erlang_c_wait_tail,
     kpa_new_state,
@@ -147,6 +151,56 @@ AIBRIX_APA = [
 @pytest.mark.parametrize("name, pods, target, use, up_rate, down_rate, want", AIBRIX_APA, ids=[c[0] for c in AIBRIX_APA])
 def test_aibrix_apa_table(name, pods, target, use, up_rate, down_rate, want):
     assert apa_target_replicas(float(pods), target, use, 0.1, 0.1, up_rate, down_rate) == want
+
+
+# ---------------------------------------------------------------- AIBrix: algorithm/kpa_test.go
+# TestKPAAlgorithm_ComputeTargetReplicas: (name, pods, stable, panic, up rate, activation scale, in panic,
+# max panic pods, want); target 10, down rate 2, panic threshold 2 throughout.
+AIBRIX_KPA = [
+    ("stable_mode_basic_scaling", 2, 20, 20, 2.0, 1, False, 0, 2),
+    ("panic_mode_scaling_up", 2, 30, 40, 2.0, 1, True, 2, 4),
+    ("panic_mode_no_scale_down", 5, 20, 20, 2.0, 1, True, 5, 5),
+    ("scale_to_zero", 1, 0, 0, 2.0, 1, False, 0, 0),
+    ("activation_scale_from_zero", 0, 15, 15, 2.0, 3, False, 0, 3),
+    ("max_scale_up_rate_limit", 2, 100, 100, 1.5, 1, False, 0, 3),
+    ("max_scale_down_rate_limit", 4, 5, 5, 2.0, 1, False, 0, 2),
+]
+
+
+@pytest.mark.parametrize("name, pods, stable, panic, up_rate, activation, in_panic, max_panic, want", AIBRIX_KPA,
+                         ids=[c[0] for c in AIBRIX_KPA])
+def test_aibrix_kpa_table(name, pods, stable, panic, up_rate, activation, in_panic, max_panic, want):
+    assert aibrix_kpa_target_replicas(float(pods), stable, panic, 10.0, up_rate, 2.0, in_panic, max_panic,
+                                      activation) == want
+
+
+def test_aibrix_cooldown_takes_the_lowest_on_a_scale_down():
+    # stabilizeRecommendation: 3 current; recommendations 2 (0 s), 3 (100 s), then 2 at 200 s: a scale-down
+    # goes to the lowest of the last 300 s, 2, at once (HPA would hold 3, the highest). A recommendation of
+    # 1 at 250 s, then 2 at 400 s: 1 is still in the window, so 1 (it can go below this tick's own).
+    cd = AibrixCooldown(0.0, 300.0)
+    assert cd.stabilize(0.0, 2, 3) == 2
+    assert cd.stabilize(100.0, 3, 3) == 3
+    assert cd.stabilize(200.0, 2, 3) == 2
+    assert cd.stabilize(250.0, 1, 2) == 1
+    assert cd.stabilize(400.0, 2, 3) == 1
+    assert cd.stabilize(551.0, 2, 3) == 2  # 1 (250 s) has left the window
+    # A scale-up (window 0 s) is the recommendation itself, whatever came before.
+    assert cd.stabilize(560.0, 3, 2) == 3
+
+
+def test_aibrix_pending_guard():
+    # APA, 2 ready + 1 pending at 6 a pod against 4.2, the algorithm wants 5: the pending one counts
+    # as 0: ceil(3 x (6 x 2 / 3) / 4.2) = ceil(2.86) = 3 -> hold at 3 (the current count)
+    assert aibrix_pending_guard("apa", 5, 3, 2, 6.0, 4.2) == 3
+    # at 9 a pod: ceil(3 x 6 / 4.2) = ceil(4.29) = 5 -> 5 (within [3, 5])
+    assert aibrix_pending_guard("apa", 5, 3, 2, 9.0, 4.2) == 5
+    # A scale-down to 1 with 1 ready at 1.0 and 2 pending: the pending ones at the target:
+    # ceil(3 x (1 + 2 x 4.2) / 3 / 4.2) = ceil(2.24) = 3 -> stays at 3
+    assert aibrix_pending_guard("apa", 1, 3, 1, 1.0, 4.2) == 3
+    # KPA's scale-down branch: ceil((1 x 1 + 4.2 x 2) / 4.2) = 3; nothing pending: the algorithm's own
+    assert aibrix_pending_guard("kpa", 1, 3, 1, 1.0, 4.2) == 3
+    assert aibrix_pending_guard("kpa", 1, 3, 3, 1.0, 4.2) == 1
 
 
 # ---------------------------------------------------------------- Ray: tests/unit/test_autoscaling_policy.py
@@ -286,18 +340,40 @@ def test_kpa_windows_after_a_gap_in_its_samples():
     assert kpa._windows(117.0, 3.0) == (5.0, 1.5)  # stable (12 + 0 + 3) / 3; panic (0 + 3) / 2
 
 
-def test_apa_tolerance_and_scale_down_cooldown():
+def test_apa_on_the_fleet_reads_its_stable_window_and_never_delays_a_scale_down():
     policy = make_policy()
-    apa = ApaController(policy, 0.0)  # expected 4.2 per group, cooldown 300 s
+    apa = ApaController(policy, 0.0)  # expected 4.2 per group, resync 10 s, stable window 180 s
     # 4.5 a group: 4.5 / 4.2 = 1.07 within the 10% tolerance
-    assert _tick(apa, 15.0, ("ready", "ready", "off"), 4.5) == ([], [])
-    # 6 a group: 1.43 -> ceil(2 x 1.43) = 3
-    assert _tick(apa, 30.0, ("ready", "ready", "off"), 6.0) == (["g3"], [])
+    assert _tick(apa, 10.0, ("ready", "ready", "off"), 4.5) == ([], [])
+    # 6 a group: the window's mean (4.5 + 6) / 2 = 5.25: 1.25 -> ceil(2 x 1.25) = 3
+    assert _tick(apa, 20.0, ("ready", "ready", "off"), 6.0) == (["g3"], [])
     apa = ApaController(policy, 0.0)
-    # 1 a group on 3: ceil(3 x 0.24) = 1, and floor(3 / 2) = 1; held for the 300 s cooldown
-    for now in range(15, 300, 15):
-        assert _tick(apa, float(now), ("ready", "ready", "ready"), 1.0) == ([], []), now
-    assert _tick(apa, 300.0, ("ready", "ready", "ready"), 1.0) == ([], ["g3", "g2"])
+    # 1 a group on 3: ceil(3 x 0.24) = 1, and floor(3 / 2) = 1: both drain at the first reconcile (the
+    # cooldown takes the lowest recommendation of 300 s, this one)
+    assert _tick(apa, 10.0, ("ready", "ready", "ready"), 1.0) == ([], ["g3", "g2"])
+    # The window's mean, not the scrape: 170 s at 4.2 a group on 2, then one scrape of 11: mean
+    # (17 x 4.2 + 11) / 18 = 4.578, 1.09 (within the band) -> hold; the scrape alone would ask a third
+    apa = ApaController(policy, 0.0)
+    for now in range(10, 180, 10):
+        assert _tick(apa, float(now), ("ready", "ready", "off"), 4.2) == ([], []), now
+    assert _tick(apa, 180.0, ("ready", "ready", "off"), 11.0) == ([], [])
+
+
+def test_aibrix_kpa_on_the_fleet_panics_on_the_ratio():
+    policy = make_policy()
+    kpa = AibrixKpaController(policy, 0.0)  # target 4.2 a group; windows 180 s / 60 s
+    two = ("ready", "ready", "off")
+    # 180 s at 1 a group on two (total 2): stable = panic = 2: ceil(2 / 4.2) = 1, but floor(2 / 2) = 1 and
+    # the floor is 1: the cooldown's lowest is 1 -> one drains at the first reconcile
+    assert _tick(kpa, 10.0, two, 1.0) == ([], ["g2"])
+    kpa = AibrixKpaController(policy, 0.0)
+    kpa.recommend(10.0, 2.0, 2, 2)  # (the windows alone, no act)
+    for now in range(20, 190, 10):
+        assert kpa.recommend(float(now), 2.0, 2, 2) == (1, 1.0), now
+    # Then a total of 60 at 190 s: stable (17 x 2 + 60) / 18 = 5.22 -> ceil(5.22 / 4.2) = 2; panic
+    # (5 x 2 + 60) / 6 = 11.67, 11.67 / 5.22 = 2.23 > 2: panic -> ceil(11.67 / 4.2) = 3 (<= 2 x 2):
+    # 3, where the stable rule alone would hold 2
+    assert kpa.recommend(190.0, 60.0, 2, 2) == (3, 70 / 6 / 2)  # (and the per-pod panic value the guard reads)
 
 
 def test_ray_serve_delays_on_timestamps():

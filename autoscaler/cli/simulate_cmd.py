@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="when a trace without absolute times starts (default Monday 2026-01-05 00:00 UTC)")
     p.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows and count them")
     p.add_argument("--compare", nargs="?", const="defaults", choices=("defaults", "sweep"), default=None,
-                   help="also run always-on, the HPA sweep, the oracle and the peers (Knative KPA, AIBrix APA, Ray "
+                   help="also run always-on, the HPA sweep, the oracle and the peers (Knative KPA, AIBrix APA and KPA, Ray "
                         "Serve, Dynamo's planner) at their defaults; '--compare sweep' also sweeps each peer's main "
                         "knob (docs/peers.md)")
     p.add_argument("--reference-cache", metavar="DIR", default=None,
@@ -198,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-_SHORT = {"kpa": "knative-kpa", "apa": "aibrix-apa", "ray_serve": "ray-serve", "dynamo_planner": "dynamo"}
+_SHORT = {"kpa": "knative-kpa", "apa": "aibrix-apa", "aibrix_kpa": "aibrix-kpa", "ray_serve": "ray-serve", "dynamo_planner": "dynamo"}
 
 
 def args_sweep(ref: dict) -> bool:

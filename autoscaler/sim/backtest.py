@@ -24,7 +24,7 @@ from autoscaler.sim.traces import Trace, load_trace
 
 HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 HPA_DEFAULT_TARGET = 0.7
-PEER_NAMES = tuple(PEERS)  # kpa, apa, ray_serve, dynamo_planner: reference.<peer> in --json
+PEER_NAMES = tuple(PEERS)  # kpa, apa, aibrix_kpa, ray_serve, dynamo_planner: reference.<peer> in --json
 
 
 def peer_knob(peer: str) -> str:
@@ -387,7 +387,7 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
 # Relative replay cost of each kind of reference (CPU s of one replay of the 14-day trace, alone
 # in one process: KPA ticks every 2 s, Ray Serve every 10 s, HPA and APA every 15 s; Dynamo's
 # planner ticks every 180 s but sizes each tick by 40 bisection steps); only the order matters.
-_COST = {"kpa": 2.8, "ray_serve": 0.93, "dynamo_planner": 0.87, "apa": 0.71, "hpa": 0.7, "oracle": 0.5,
+_COST = {"kpa": 2.8, "ray_serve": 0.93, "aibrix_kpa": 0.75, "dynamo_planner": 0.87, "apa": 0.71, "hpa": 0.7, "oracle": 0.5,
          "static": 0.35}
 
 _worker_args: tuple[Trace, Policy, float, int, RequestColumns, float] | None = None

@@ -10,10 +10,12 @@ so none of them scales to zero here (floor >= 1); start-up is the fleet model's.
 
 - ``KpaController``: Knative Serving's KPA, ``pkg/autoscaler/scaling/autoscaler.go`` (``Scale``)
   and the defaults of ``pkg/autoscaler/config/config.go`` (knative/serving, main as stored,
-  commits 00a4a55c and 01e2d380). AIBrix's default KPA is a port of the same code.
-- ``ApaController``: AIBrix's APA, ``pkg/controller/podautoscaler/algorithm/apa.go``
-  (``computeTargetReplicas``, commit 4148b7a1) with the defaults of
-  ``pkg/controller/podautoscaler/context/context.go`` (``NewBaseScalingContext``, commit 2576b186).
+  commits 00a4a55c and 01e2d380).
+- ``ApaController`` and ``AibrixKpaController``: AIBrix's APA and KPA (vllm-project/aibrix,
+  ``pkg/controller/podautoscaler``: ``algorithm/apa.go``, ``algorithm/kpa.go``, the stable and panic
+  windows of ``metrics/client.go``, the pending-replica guard of ``autoscaler.go``, the 10 s resync
+  and the cooldown of ``podautoscaler_controller.go``; commit 015a2e5f, apa.go 4148b7a1). AIBrix's
+  KPA is not Knative's: it decides panic on panic / stable > 2 afresh at each reconcile.
 - ``RayServeController``: Ray Serve's default policy, ``python/ray/serve/autoscaling_policy.py``
   (``replica_queue_length_autoscaling_policy`` wrapped by ``_apply_autoscaling_config``:
   scaling factors, bounds, delays; commit 00590c45) with ``AutoscalingConfig``'s defaults of
@@ -24,7 +26,7 @@ so none of them scales to zero here (floor >= 1); start-up is the fleet model's.
   ``predict_load``, ``_compute_replica_requirements``; commit 07619258), ``load_predictor.py``
   (commit 62e1328d) and ``defaults.py`` (``SLAPlannerDefaults``, commit 00c13f8d).
 
-The decision functions (``kpa_scale``, ``apa_target_replicas``, ``ray_*``) keep the names and the
+The decision functions (``kpa_scale``, ``apa_target_replicas``, ``aibrix_kpa_target_replicas``, ``ray_*``) keep the names and the
 arithmetic of the source, so that its unit tests' numbers can be replayed (tests/test_peers.py).
 """
 
@@ -340,13 +342,13 @@ class KpaController(_Peer):
         return self.act(desired, ready, starting, signals, fleet)
 
 
-# --------------------------------------------------------------------------- AIBrix APA
+# --------------------------------------------------------------------------- AIBrix APA and KPA
 def apa_target_replicas(current_pods: float, expected_use: float, current_use_per_pod: float,
                         up_tolerance: float = 0.1, down_tolerance: float = 0.1, max_scale_up_rate: float = 2.0,
                         max_scale_down_rate: float = 2.0) -> int:
-    """AIBrix's ``computeTargetReplicas``: outside the fluctuation band, ceil(pods x use / expected),
-    within the scale rates. E.g. (AIBrix's ``basic_scale_up``) 2 pods at 45 against 30:
-    45 / 30 = 1.5 > 1.1, ceil(2 x 1.5) = 3 <= ceil(2 x 2) = 4 -> 3."""
+    """AIBrix's ``computeTargetReplicas`` (``algorithm/apa.go``): outside the fluctuation band,
+    ceil(pods x use / expected), within the scale rates. E.g. (AIBrix's ``basic_scale_up``) 2 pods at
+    45 against 30: 45 / 30 = 1.5 > 1.1, ceil(2 x 1.5) = 3 <= ceil(2 x 2) = 4 -> 3."""
     ratio = current_use_per_pod / expected_use
     if ratio > 1 + up_tolerance:
         max_up = math.ceil(max_scale_up_rate * current_pods)
@@ -357,51 +359,174 @@ def apa_target_replicas(current_pods: float, expected_use: float, current_use_pe
     return int(current_pods)
 
 
-class ApaController(_Peer):
-    """AIBrix APA on the fleet, every 15 s (the sync period is not in the files read: taken as
-    HPA's, AIBrix's other algorithm): current use per pod = running + queued over the ready groups
-    (APA "uses the current value directly"), expected use = ``target_utilization`` x
-    ``requests_per_group`` (AIBrix has no default target: the PodAutoscaler spec must give one; the
-    same 70% as KPA's default is used); tolerances 0.1 / 0.1, scale rates 2 / 2, scale-up cooldown
-    0, scale-down cooldown 300 s applied as a stabilisation window (a scale-down goes to the
-    highest recommendation of the last 300 s). Pods counted: ready + starting (the replicas)."""
+def aibrix_kpa_target_replicas(current_pods: float, stable: float, panic: float, target: float,
+                               max_scale_up_rate: float = 2.0, max_scale_down_rate: float = 2.0,
+                               in_panic: bool = False, max_panic_pods: int = 0, activation_scale: int = 1) -> int:
+    """AIBrix's KPA ``computeTargetReplicas`` (``algorithm/kpa.go``): Knative's arithmetic on the
+    replicas (ready + pending), with AIBrix's rates (2 / 2) and no panic memory of its own (its
+    scaling context is built afresh each reconcile: ``maxPanicPods`` reads 0, so a panic takes the
+    larger of the stable and panic counts and never holds). E.g. (AIBrix's ``max_scale_down_rate_limit``)
+    4 pods, stable 5 against 10: ceil(0.5) = 1, but floor(4 / 2) = 2 -> 2."""
+    pods = max(0.0, current_pods)
+    max_up = max(1.0, math.ceil(max_scale_up_rate * pods))
+    max_down = math.floor(pods / max_scale_down_rate)
+    dspc, dppc = math.ceil(stable / target), math.ceil(panic / target)
+    desired_stable = int(min(max(dspc, max_down), max_up))
+    desired_panic = int(min(max(dppc, max_down), max_up))
+    if activation_scale > 1:  # only from zero upward, where activated (desired > 0)
+        if activation_scale > desired_stable > 0:
+            desired_stable = activation_scale
+        if activation_scale > desired_panic > 0:
+            desired_panic = activation_scale
+    desired = desired_stable
+    if in_panic:  # no scale-down in panic mode, against the panic pods remembered (none here: see above)
+        desired = max(desired, desired_panic)
+        desired = max(desired, max_panic_pods)
+    return desired
 
-    name = "apa"
-    source = ("vllm-project/aibrix pkg/controller/podautoscaler/algorithm/apa.go (computeTargetReplicas, "
-              "commit 4148b7a1) and pkg/controller/podautoscaler/context/context.go (NewBaseScalingContext, "
-              "commit 2576b186)")
+
+def aibrix_pending_guard(strategy: str, desired: int, current: int, ready: int, metric: float, target: float) -> int:
+    """AIBrix's ``applyPendingReplicaGuard`` (``podautoscaler/autoscaler.go``): with replicas still
+    pending (current - ready > 0), a scale-up counts them as missing metrics (0) and a scale-down as
+    at the target, like Kubernetes' HPA; the result lies between the current count and the
+    algorithm's. ``metric`` is the per-pod value the algorithm read. E.g. APA, 2 ready + 1 pending
+    at 6 a pod against 4.2, algorithm 5: ceil(3 x (6 x 2 / 3) / 4.2) = ceil(2.86) = 3 -> hold at 3."""
+    pending = current - min(max(ready, 0), current)
+    if pending <= 0 or desired == current or current <= 0 or target <= 0:
+        return desired
+    if desired > current:
+        adjusted = metric * ready / current
+        guarded = (math.ceil(current * adjusted / target) if strategy == "apa"
+                   else math.ceil(adjusted / target))  # (KPA's branch, as written upstream)
+        return min(max(guarded, current), desired)
+    adjusted = (metric * ready + target * pending) / current
+    guarded = (math.ceil(current * adjusted / target) if strategy == "apa"
+               else math.ceil((metric * ready + target * pending) / target))
+    return max(min(guarded, current), desired)
+
+
+class AibrixCooldown:
+    """``PodAutoscalerReconciler.stabilizeRecommendation`` (``podautoscaler_controller.go``): the
+    recommendations of the longest cooldown window are kept; a scale-up takes the highest of the
+    scale-up window (0 s by default: the recommendation itself), a scale-down the **lowest** of the
+    scale-down window (300 s), so it never delays a scale-down (Kubernetes' HPA takes the highest)."""
+
+    __slots__ = ("up_s", "down_s", "history")
+
+    def __init__(self, up_s: float = 0.0, down_s: float = 300.0):
+        self.up_s, self.down_s = up_s, down_s
+        self.history: deque[tuple[float, int]] = deque()
+
+    def stabilize(self, now: float, recommendation: int, current: int) -> int:
+        history = self.history
+        history.append((now, recommendation))
+        oldest = now - max(self.up_s, self.down_s)
+        while history[0][0] <= oldest:  # (cleanOldRecommendations: after the cutoff only)
+            history.popleft()
+        if recommendation == current:
+            return current
+        cutoff = now - (self.up_s if recommendation > current else self.down_s)
+        inside = [r for t, r in history if t > cutoff]
+        if not inside:  # (a 0 s window holds nothing: the recommendation itself)
+            return recommendation
+        return max(inside) if recommendation > current else min(inside)
+
+
+class _AibrixPeer(_Peer):
+    """What AIBrix's two custom strategies share (``reconcileCustomPA``): a reconcile every 10 s
+    (``DefaultResyncInterval``); the per-pod metric averaged over the ready pods at each scrape and
+    kept in a stable window (180 s, ``DefaultStableWindowDuration``; the KPA also a 60 s panic
+    window); current replicas = ready + starting (the scale subresource); the algorithm, the
+    pending-replica guard, the cooldown (``AibrixCooldown``), then min and max replicas."""
+
     KNOB = "target_utilization"
     DEFAULT = 0.7
     SWEEP = (0.5, 0.6, 0.7, 0.8, 0.9)
-    SYNC_S = 15.0
+    RESYNC_S = 10.0
+    STABLE_WINDOW_S = 180.0
     SCALE_DOWN_COOLDOWN_S = 300.0
+    strategy = ""
 
-    def __init__(self, policy: Policy, start: float, target_utilization: float = DEFAULT):
-        super().__init__(policy, self.SYNC_S)
-        self.expected = target_utilization * policy.fleet.requests_per_group
-        # The recommendations of the last 300 s that are the highest of all those after them (a
-        # monotonic deque, highest first): its first is the window's highest, read in one step where
-        # the whole window (20 recommendations) was scanned at each scale-down tick.
-        self.highest: deque[tuple[float, int]] = deque([(start, policy.fleet.ceiling_groups)])
+    def __init__(self, policy: Policy, start: float, target_utilization: float, stable_window_s: float,
+                 scale_down_cooldown_s: float):
+        super().__init__(policy, self.RESYNC_S)
+        self.target = target_utilization * policy.fleet.requests_per_group
+        self.stable = _Window(stable_window_s)
+        self.cooldown = AibrixCooldown(0.0, scale_down_cooldown_s)
+
+    def recommend(self, now: float, total: float, ready: int, current: int) -> tuple[int, float]:
+        """-> (the algorithm's replicas, the per-pod metric it read)."""
+        raise NotImplementedError
 
     def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
         seen = fleet_load(signals, fleet, self.reading)
-        if seen is None:
+        if seen is None:  # no ready pod reported: the metric fails, no scaling (as upstream)
             return [], []
         ready, starting, total = seen
         current = len(ready) + starting
-        desired = apa_target_replicas(float(current), self.expected, total / len(ready))
-        desired = min(max(desired, self.floor), self.ceiling)
-        highest = self.highest
-        while highest and highest[-1][1] <= desired:  # never the highest again while this one is in
-            highest.pop()
-        highest.append((now, desired))
-        oldest = now - self.SCALE_DOWN_COOLDOWN_S
-        while highest[0][0] <= oldest:  # (this tick's own stays: now > oldest)
-            highest.popleft()
-        if desired < current:
-            desired = min(current, highest[0][1])
+        desired, metric = self.recommend(now, total, len(ready), current)
+        desired = min(max(desired, self.floor), self.ceiling)  # (applyConstraints)
+        desired = aibrix_pending_guard(self.strategy, desired, current, len(ready), metric, self.target)
+        desired = self.cooldown.stabilize(now, desired, current)
         return self.act(desired, ready, starting, signals, fleet)
+
+
+class ApaController(_AibrixPeer):
+    """AIBrix APA on the fleet (see ``_AibrixPeer``): use per pod = the stable window's mean of the
+    ready groups' mean running + queued (``GetMetricValue``: the stable window, 180 s);
+    expected use = ``target_utilization`` x ``requests_per_group`` (AIBrix has no default target:
+    the PodAutoscaler spec must give one; the same 70% as Knative's default); tolerances 0.1 / 0.1,
+    scale rates 2 / 2 (``NewBaseScalingContext``)."""
+
+    name = "apa"
+    source = ("vllm-project/aibrix pkg/controller/podautoscaler/algorithm/apa.go (computeTargetReplicas, "
+              "commit 4148b7a1), context/context.go (NewBaseScalingContext), metrics/client.go (GetMetricValue: "
+              "the stable window, 180 s), autoscaler.go (applyPendingReplicaGuard) and podautoscaler_controller.go "
+              "(DefaultResyncInterval 10 s, stabilizeRecommendation), commit 015a2e5f")
+    strategy = "apa"
+
+    def __init__(self, policy: Policy, start: float, target_utilization: float = _AibrixPeer.DEFAULT,
+                 stable_window_s: float = _AibrixPeer.STABLE_WINDOW_S,
+                 scale_down_cooldown_s: float = _AibrixPeer.SCALE_DOWN_COOLDOWN_S):
+        super().__init__(policy, start, target_utilization, stable_window_s, scale_down_cooldown_s)
+
+    def recommend(self, now: float, total: float, ready: int, current: int) -> tuple[int, float]:
+        self.stable.add(now, total / ready)  # (UpdateMetrics: the mean over the pods reporting)
+        use = self.stable.mean()
+        return apa_target_replicas(float(current), self.target, use), use
+
+
+class AibrixKpaController(_AibrixPeer):
+    """AIBrix's KPA (``algorithm/kpa.go``), its own port (not Knative's: see
+    ``aibrix_kpa_target_replicas``): stable = the mean over 180 s, panic = over 60 s
+    (``DefaultPanicWindowDuration``); panic mode when panic / stable > 2 (or stable <= 0:
+    ``shouldEnterPanicMode``), re-decided at every reconcile (no 60 s panic hold); the rates 2 / 2.
+    Mapping: upstream records the mean over the pods (``UpdateMetrics``) and divides it by the
+    per-pod target as a pod count; the port reads the total over the ready pods, as AIBrix's own
+    ``kpa_test.go`` vectors and Knative do (the literal reading sizes the fleet for one pod's load)."""
+
+    name = "aibrix_kpa"
+    source = ("vllm-project/aibrix pkg/controller/podautoscaler/algorithm/kpa.go (ComputeRecommendation, "
+              "shouldEnterPanicMode, computeTargetReplicas), metrics/client.go (windows 180 s / 60 s), "
+              "autoscaler.go (applyPendingReplicaGuard), podautoscaler_controller.go (resync 10 s, "
+              "stabilizeRecommendation), commit 015a2e5f")
+    PANIC_WINDOW_S = 60.0
+    PANIC_THRESHOLD = 2.0
+    strategy = "kpa"
+
+    def __init__(self, policy: Policy, start: float, target_utilization: float = _AibrixPeer.DEFAULT,
+                 stable_window_s: float = _AibrixPeer.STABLE_WINDOW_S,
+                 scale_down_cooldown_s: float = _AibrixPeer.SCALE_DOWN_COOLDOWN_S):
+        super().__init__(policy, start, target_utilization, stable_window_s, scale_down_cooldown_s)
+        self.panic = _Window(min(self.PANIC_WINDOW_S, stable_window_s))
+
+    def recommend(self, now: float, total: float, ready: int, current: int) -> tuple[int, float]:
+        self.stable.add(now, total)
+        self.panic.add(now, total)
+        stable, panic = self.stable.mean(), self.panic.mean()
+        in_panic = stable <= 0 or panic / stable > self.PANIC_THRESHOLD
+        desired = aibrix_kpa_target_replicas(float(current), stable, panic, self.target, in_panic=in_panic)
+        return desired, (panic if in_panic else stable) / ready  # (the guard reads the per-pod value)
 
 
 # --------------------------------------------------------------------------- Ray Serve
@@ -634,4 +759,5 @@ class DynamoPlannerController(_Peer):
         return self.act(desired, ready, starting, signals, fleet)
 
 
-PEERS = {c.name: c for c in (KpaController, ApaController, RayServeController, DynamoPlannerController)}
+PEERS = {c.name: c for c in (KpaController, ApaController, AibrixKpaController, RayServeController,
+                             DynamoPlannerController)}
