@@ -30,7 +30,7 @@ def main() -> None:
     static = bt.run_one("static", trace, policy, controllers.StaticController(policy), factor, 0,
                         columns=columns).summary
     print(f"always-on: {static['node_hours']:.1f} node-h, SLO {100 * static['slo_attainment']:.3f}%")
-    names = [f"hpa@{bt.HPA_DEFAULT_TARGET}", "hpa-kubernetes", *bt.PEER_NAMES]
+    names = [f"hpa@{bt.HPA_DEFAULT_TARGET}", "hpa-kubernetes", *bt.PEER_NAMES, "kpa-15s-scrape"]
     for name in names:
         row = []
         for cancel in (True, False):
@@ -38,6 +38,8 @@ def main() -> None:
             controllers.HpaController.CANCEL_STARTS = cancel
             if name == "hpa-kubernetes":  # HPA as Kubernetes sizes it (starting groups as missing metrics)
                 ctl = controllers.HpaController(policy, bt.HPA_DEFAULT_TARGET, trace.span_s[0], kubernetes=True)
+            elif name == "kpa-15s-scrape":  # Knative's KPA handed Prometheus's 15 s old scrape, as before
+                ctl = peers.KpaController(policy, trace.span_s[0], scrape_lag_s=policy.simulation.scrape_interval_s)
             else:
                 ctl = bt._reference_controller(name, trace, policy)
             s = bt.run_one(name, trace, policy, ctl, factor, 0, columns=columns).summary

@@ -124,6 +124,18 @@ def test_knative_scale_down_delay():
     assert kpa_scale(spec, state, 900.0, 0, 0, 0) == 0  # everything scrolled out
 
 
+def test_knative_scale_down_delay_not_reachable():
+    # TestAutoscalerScaleDownDelayNotReachable (Knative main after the commits read; the vector as the
+    # issue gives it): target 10, rates 10, panic threshold 100, delay 5 minutes; 40 -> 4; the load goes
+    # to 0 and the revision becomes unreachable: the scale-down is not delayed (the port said 4).
+    spec = _knative_spec(10, panic_threshold=100.0, scale_down_delay_s=300.0)
+    state = kpa_new_state(0, 0.0)
+    assert kpa_scale(spec, state, 2.0, 0, 40, 40) == 4
+    assert kpa_scale(spec, state, 240.0, 0, 0, 0) == 4  # reachable: held by the delay window
+    unreachable = _knative_spec(10, panic_threshold=100.0, scale_down_delay_s=300.0, reachable=False)
+    assert kpa_scale(unreachable, state, 242.0, 0, 0, 0) == 0
+
+
 def test_knative_starts_in_panic_over_more_than_one_pod():
     # TestStartInPanicMode: built over 0 or 1 pods no panic; over 2, panic with 2 max panic pods
     assert kpa_new_state(0, 0.0).panic_time is None and kpa_new_state(1, 0.0).max_panic_pods == 1
@@ -421,6 +433,30 @@ def test_the_replay_stops_a_starting_group_that_a_controller_drains():
     assert result.starts_cancelled == 1 and result.scale_ups == 1 and result.scale_downs == 2
     assert [e for e in result.events if e[1] == "g2" and e[0] >= 60.0] == \
         [(60.0, "g2", "start"), (120.0, "g2", "cancel"), (120.0, "g2", "stop")]
+
+
+def test_kpa_reads_its_own_one_second_scrape():
+    # Knative's collector scrapes each pod every second: the KPA at tick T sees the fleet at T - 1 s,
+    # the other controllers Prometheus's scrape, T - 15 s. (Before, the KPA was handed 15 s old data.)
+    from autoscaler.sim.engine import simulate
+
+    class Seen(_Scripted):
+        def __init__(self, period, lag=None):
+            super().__init__({})
+            self.period_s, self.ages = period, []
+            if lag is not None:
+                self.scrape_lag_s = lag
+
+        def tick(self, now, signals, fleet):
+            self.ages.append(now - signals.at)
+            return [], []
+
+    trace = _trace(np.arange(0.0, 200.0, 5.0))
+    kpa_like, other = Seen(KpaController.TICK_S, KpaController.SCRAPE_LAG_S), Seen(15.0)
+    simulate(trace, make_policy(), kpa_like)
+    simulate(trace, make_policy(), other)
+    assert set(kpa_like.ages[1:]) == {1.0} and set(other.ages[1:]) == {15.0}
+    assert KpaController(make_policy(), 0.0).scrape_lag_s == 1.0
 
 
 def test_a_peer_stops_the_starting_group_before_a_ready_one():

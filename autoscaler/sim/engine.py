@@ -377,8 +377,10 @@ class _Replay:
         self.period = controller.period_s
         self.next_tick = self.span0
         # The controller at tick T sees the fleet as Prometheus scraped it at T - scrape_interval_s:
-        # one scrape per tick, taken that long before it (the first tick sees the fleet as it is).
-        self.lag = sim_p.scrape_interval_s
+        # one scrape per tick, taken that long before it (the first tick sees the fleet as it is). A
+        # controller that scrapes the groups itself says how old its data is (``scrape_lag_s``: Knative's
+        # KPA, 1 s).
+        self.lag = getattr(controller, "scrape_lag_s", sim_p.scrape_interval_s)
         self.next_scrape = self.span0 + self.period - self.lag
         while self.next_scrape < self.span0:  # scrapes before the trace saw nothing: those ticks see the fleet as it is
             self.next_scrape += self.period

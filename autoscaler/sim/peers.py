@@ -273,7 +273,8 @@ def kpa_scale(spec: KpaSpec, state: KpaState, now: float, ready_count: int, stab
         window.append((now, desired))
         while window[0][0] <= now - spec.scale_down_delay_s:
             window.popleft()
-        desired = max(d for _, d in window)
+        if spec.reachable:  # an unreachable revision's scale-down is not delayed (ScaleDownDelayNotReachable)
+            desired = max(d for _, d in window)
     return desired
 
 
@@ -291,10 +292,14 @@ class KpaController(_Peer):
     DEFAULT = 0.7
     SWEEP = (0.5, 0.6, 0.7, 0.8, 0.9)
     TICK_S = 2.0
+    # Knative's collector scrapes every pod each second (pkg/autoscaler/metrics/collector.go,
+    # scrapeTickInterval): a tick sees data 1 s old, not the replay's Prometheus scrape (15 s).
+    SCRAPE_LAG_S = 1.0
 
     def __init__(self, policy: Policy, start: float, target_utilization: float = DEFAULT,
-                 scale_down_delay_s: float = 0.0):
+                 scale_down_delay_s: float = 0.0, scrape_lag_s: float = SCRAPE_LAG_S):
         super().__init__(policy, self.TICK_S)
+        self.scrape_lag_s = scrape_lag_s  # the replay's scrape age for this controller (engine._Replay)
         self.spec = KpaSpec(target_value=target_utilization * policy.fleet.requests_per_group,
                             scale_down_delay_s=scale_down_delay_s)
         self.state = kpa_new_state(policy.fleet.ceiling_groups, start)  # every schedule starts at the ceiling
