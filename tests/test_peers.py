@@ -36,13 +36,12 @@ from autoscaler.sim.peers import (
     aibrix_kpa_target_replicas,
     aibrix_pending_guard,
     apa_target_replicas,
-    erlang_c_wait_tail,
+    dynamo_replica_requirements,
     kpa_new_state,
     kpa_scale,
     ray_apply_delay,
     ray_apply_scaling_factors,
     ray_core_policy,
-    sla_throughput_per_group,
 )
 from autoscaler.sim.traces import Trace
 
@@ -271,16 +270,26 @@ def test_dynamo_predictors():
     assert m.predict_next() == pytest.approx(5.0)  # (2 + 3 + 10) / 3
 
 
-def test_erlang_c_and_sla_throughput():
-    # M/M/1: P(wait > t) = rho e^{-(mu - lambda) t}: 0.5 e^{-0.5 x 2} = 0.18394
-    assert erlang_c_wait_tail(1, 0.5, 1.0, 2.0) == pytest.approx(0.5 * math.exp(-1.0))
-    # M/M/2 at a = 1: C(2, 1) = (1/2 / (1 - 1/2)) / (1 + 1 + 1) = 1/3
-    assert erlang_c_wait_tail(2, 1.0, 1.0, 0.0) == pytest.approx(1 / 3)
-    # The throughput at the SLA meets it at the quantile, and a little more does not.
-    lam = sla_throughput_per_group(6, 8.0, 0.5, 3.0, 0.99)
-    assert 0 < lam < 6 / 8.0
-    assert erlang_c_wait_tail(6, lam, 8.0, 2.5) <= 0.01 < erlang_c_wait_tail(6, lam * 1.01, 8.0, 2.5)
-    assert sla_throughput_per_group(6, 8.0, 3.5, 3.0, 0.99) == 0.0  # the prefill alone misses the target
+# Dynamo tests/planner/test_replica_calculation.py, the cases with numbers: (name, requests, isl, osl,
+# interval s, prefill and decode tokens/s per GPU, GPUs per prefill and decode engine, min endpoint,
+# prefill correction, want (prefill, decode)). (The two GPU-budget cases split a budget between
+# disaggregated prefill and decode workers, which an aggregated group does not have.)
+DYNAMO_REPLICAS = [
+    ("test_prefill_replica_calculation_basic", 10, 3000, 150, 60, 40000, 10000, 1, 1, 1, 1.0, (1, 1)),
+    ("test_decode_replica_calculation_basic", 10, 3000, 150, 60, 40000, 10000, 1, 1, 1, 1.0, (1, 1)),
+    ("low_load_10_req_per_second", 10, 3000, 150, 60, 40000, 10000, 1, 1, 1, 1.0, (1, 1)),
+    ("high_load_500_req_per_second", 500, 3000, 150, 60, 40000, 1000, 1, 1, 1, 1.0, (1, 2)),
+    ("test_min_endpoint_constraint", 1, 100, 10, 60, 40000, 10000, 1, 1, 2, 1.0, (2, 2)),
+    ("test_prefill_correction_factor_clamping", 10, 3000, 150, 60, 40000, 10000, 1, 1, 1, 2.5, (1, 1)),
+    ("test_multi_gpu_engines", 20, 3000, 150, 60, 40000, 5000, 2, 4, 1, 1.0, (1, 1)),
+]
+
+
+@pytest.mark.parametrize("name, n, isl, osl, interval, p_thpt, d_thpt, p_gpus, d_gpus, min_ep, p_corr, want",
+                         DYNAMO_REPLICAS, ids=[c[0] for c in DYNAMO_REPLICAS])
+def test_dynamo_replica_calculation_table(name, n, isl, osl, interval, p_thpt, d_thpt, p_gpus, d_gpus, min_ep,
+                                          p_corr, want):
+    assert dynamo_replica_requirements(n, isl, osl, interval, p_thpt, d_thpt, p_gpus, d_gpus, min_ep, p_corr) == want
 
 
 def _trace(times, inp=1000, out=100) -> Trace:
@@ -304,20 +313,22 @@ def _tick(ctl, now, phases, per_group_load):
     return ctl.tick(now, SignalSnapshot(now, groups, GroupSignals()), fleet)
 
 
-def test_dynamo_planner_sizes_for_the_predicted_interval():
-    policy = make_policy()  # 6 slots, prefill 2,500/s, decode 20/s, TTFT 3 s at p99
+def test_dynamo_planner_sizes_by_throughput_against_the_fleet_models_profile():
+    policy = make_policy()  # 6 slots, prefill 2,500/s, decode 20/s, TTFT 3 s
     # 360 requests in the 180 s before 200 s (2 a second), 1,000 in / 100 out tokens each
     trace = _trace(np.arange(0, 400, 0.5))
     ctl = DynamoPlannerController(policy, trace)
     n, isl, osl = ctl.observe(200.0 + policy.simulation.scrape_interval_s)
     assert (n, isl, osl) == (360.0, 1000.0, 100.0)
-    # service 0.4 + 5 = 5.4 s, wait budget 3 - 0.4 = 2.6 s: one group takes lam requests/s at p99
-    lam = sla_throughput_per_group(6, 5.4, 0.4, 3.0, 0.99)
-    want = max(1, math.ceil(2.0 / lam))  # 2 a second is 10.8 slots busy on average: more than one group
-    assert lam < 6 / 5.4 and ctl.replicas(360.0, 1000.0, 100.0) == want > 1
-    # A looser TTFT target sizes for more per group: fewer groups for the same load.
-    loose = DynamoPlannerController(policy, trace, ttft_target_s=9.0)
-    assert loose.replicas(360.0, 1000.0, 100.0) < want or want == 1
+    # The profile of one group: prefill 2,500 tokens/s (1,000 tokens in 0.4 s <= 3 s); decode 6 x 20 = 120
+    # tokens/s (ITL 0.05 s meets Dynamo's 0.05 s). Prefill 360 x 1,000 / 180 / 2,500 = 0.8 -> 1; decode
+    # 360 x 100 / 180 / 120 = 1.67 -> 2: two groups (the queue model said more: it sized for the p99 wait)
+    assert ctl.replicas(360.0, 1000.0, 100.0) == 2
+    # A prompt whose prefill alone misses the TTFT target has no prefill throughput at the SLA: the
+    # prefill count falls back to min_endpoint, the decode count stands.
+    assert ctl.replicas(360.0, 10000.0, 100.0) == 2
+    # A slower interval sizes on the same rule over its own span.
+    assert DynamoPlannerController(policy, trace, adjustment_interval_s=60.0).replicas(120.0, 1000.0, 100.0) == 2
     # An interval without requests: no adjustment (its metrics are NaN)
     empty = DynamoPlannerController(policy, _trace([0.0, 5000.0]))
     assert _tick(empty, 1000.0, ("ready", "ready", "ready"), 0.0) == ([], [])

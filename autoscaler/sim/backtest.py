@@ -33,16 +33,12 @@ def peer_knob(peer: str) -> str:
 
 
 def peer_default(peer: str, policy: Policy) -> float:
-    """A peer's knob at its documented default (Dynamo's planner: the policy's TTFT target)."""
-    if peer == "dynamo_planner":
-        return policy.slo.ttft_target_s
+    """A peer's knob at its documented default."""
     return PEERS[peer].DEFAULT
 
 
 def peer_sweep(peer: str, policy: Policy) -> list[float]:
-    """The values of a peer's sweep, its default among them (Dynamo: 0.5-3 x the TTFT target)."""
-    if peer == "dynamo_planner":
-        return [round(x * policy.slo.ttft_target_s, 6) for x in DynamoPlannerController.SWEEP_X]
+    """The values of a peer's sweep, its default among them."""
     return list(PEERS[peer].SWEEP)
 
 
@@ -285,7 +281,7 @@ def _reference_controller(name: str, trace: Trace, policy: Policy):
         return HpaController(policy, float(value), trace.span_s[0])
     knob = float(value) if value else peer_default(kind, policy)
     if kind == "dynamo_planner":
-        return DynamoPlannerController(policy, trace, ttft_target_s=knob)
+        return DynamoPlannerController(policy, trace, adjustment_interval_s=knob)
     factory: Any = PEERS[kind]  # (the other peers take the start time)
     return factory(policy, trace.span_s[0], knob)
 

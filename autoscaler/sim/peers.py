@@ -23,8 +23,9 @@ so none of them scales to zero here (floor >= 1); start-up is the fleet model's.
   ``look_back_period_s`` 30, ``metrics_interval_s`` 10, smoothing factors 1).
 - ``DynamoPlannerController``: NVIDIA Dynamo's SLA planner,
   ``components/planner/src/dynamo/planner/utils/planner_core.py`` (``observe_metrics``,
-  ``predict_load``, ``_compute_replica_requirements``; commit 07619258), ``load_predictor.py``
-  (commit 62e1328d) and ``defaults.py`` (``SLAPlannerDefaults``, commit 00c13f8d).
+  ``predict_load``), the prefill and decode planners' ``_compute_replica_requirements``
+  (throughput-based sizing), ``load_predictor.py`` (commit 62e1328d) and ``defaults.py``
+  (``SLAPlannerDefaults``, commit 00c13f8d).
 
 The decision functions (``kpa_scale``, ``apa_target_replicas``, ``aibrix_kpa_target_replicas``, ``ray_*``) keep the names and the
 arithmetic of the source, so that its unit tests' numbers can be replayed (tests/test_peers.py).
@@ -660,69 +661,58 @@ class MovingAveragePredictor(ConstantPredictor):
 PREDICTORS = {"constant": ConstantPredictor, "moving_average": MovingAveragePredictor}
 
 
-def erlang_c_wait_tail(servers: int, arrival_rate: float, service_s: float, wait_s: float) -> float:
-    """P(wait > wait_s) in an M/M/c queue (Erlang C): C(c, a) x exp(-(c/S - lambda) x wait)."""
-    mu = 1.0 / service_s
-    a = arrival_rate / mu
-    if a >= servers:
-        return 1.0
-    term, total = 1.0, 1.0  # sum of a^k / k! for k < c, built term by term
-    for k in range(1, servers):
-        term *= a / k
-        total += term
-    last = term * a / servers / (1.0 - a / servers)  # a^c / c! / (1 - rho)
-    c_prob = last / (total + last)
-    return c_prob * math.exp(-(servers * mu - arrival_rate) * max(0.0, wait_s))
+def dynamo_replica_requirements(num_req: float, isl: float, osl: float, interval_s: float,
+                                prefill_thpt_per_gpu: float, decode_thpt_per_gpu: float, prefill_gpus: int = 1,
+                                decode_gpus: int = 1, min_endpoint: int = 1,
+                                p_correction: float = 1.0) -> tuple[int, int]:
+    """Dynamo's ``_compute_replica_requirements`` (prefill and decode planners): the predicted token
+    throughput over the profiled throughput per GPU, per engine's GPUs, at least ``min_endpoint``.
+    prefill = ceil(num_req x isl / interval x min(1, correction) / thpt / gpus); decode =
+    ceil(num_req x osl / interval / thpt / gpus); a profile with no throughput at the SLA (0) falls
+    back to ``min_endpoint``. E.g. (Dynamo's high-load case) 500 requests of 3,000 / 150 tokens in
+    60 s at 40,000 and 1,000 tokens/s: prefill ceil(0.625) = 1, decode ceil(1.25) = 2."""
+    def need(tokens_per_s: float, thpt: float, gpus: int) -> int:
+        if thpt <= 0:
+            return min_endpoint
+        return max(math.ceil(tokens_per_s / thpt / gpus), min_endpoint)
 
-
-def sla_throughput_per_group(slots: int, service_s: float, prefill_s: float, ttft_s: float, quantile: float) -> float:
-    """Requests/s one group takes while the TTFT target holds at ``quantile``: the fleet model's
-    stand-in for Dynamo's profiled throughput at the SLA (``interpolate_thpt_per_gpu``). The wait
-    may use ttft - prefill; an M/M/c queue of ``slots`` servers with the mean service time; the
-    largest arrival rate whose P(wait > budget) <= 1 - quantile, by bisection. 0 when the prefill
-    alone misses the target."""
-    budget = ttft_s - prefill_s
-    if budget <= 0 or service_s <= 0:
-        return 0.0
-    lo, hi = 0.0, slots / service_s
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if erlang_c_wait_tail(slots, mid, service_s, budget) <= 1.0 - quantile:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    prefill = need(num_req * isl / interval_s * min(1.0, p_correction), prefill_thpt_per_gpu, prefill_gpus)
+    decode = need(num_req * osl / interval_s, decode_thpt_per_gpu, decode_gpus)
+    return prefill, decode
 
 
 class DynamoPlannerController(_Peer):
     """Dynamo's SLA planner on the fleet, every ``adjustment_interval`` (180 s): observe the last
     interval's request count and mean input and output lengths (as its frontend's counters give
-    them, one scrape old), add them to the predictors, predict the next interval, and size the
-    fleet for the TTFT target: replicas = ceil(predicted requests / interval / throughput per
-    replica at the SLA), at least ``min_endpoint`` (the floor), at most the GPU budget (the
-    ceiling). A group serves prefill and decode together (aggregated: Dynamo sizes prefill and
-    decode workers apart), so its throughput at the SLA comes from the fleet model
-    (``sla_throughput_per_group``); the decode (ITL) bound does not bind here (the model's decode
-    speed does not depend on the batch). No correction factor (as Dynamo's dry run). Dynamo's
-    default predictor, ARIMA (pmdarima), is not ported; ``constant`` is the default here."""
+    them, one scrape old), add them to the predictors, predict the next interval, and size by
+    throughput (``dynamo_replica_requirements``) against the profile of one group, as Dynamo's
+    profiler would measure it on the fleet model: prefill = the ISL over the TTFT of one request
+    alone (the model's prefill speed, 2,500 tokens/s; 0 when that TTFT misses the target), decode =
+    the best throughput whose inter-token latency meets Dynamo's ITL target (0.05 s): every
+    slot decoding at the decode speed (6 x 20 = 120 tokens/s; the model's ITL is 1 / 20 = 0.05 s at
+    any batch). A group serves prefill and decode together (aggregated): replicas = the larger of
+    the two, at least ``min_endpoint`` (the floor), at most the GPU budget (the ceiling). No
+    correction factor (as Dynamo's dry run). The TTFT target is the policy's (Dynamo's sample
+    default is 0.5 s). Dynamo's default predictor, ARIMA (pmdarima's ``auto_arima`` refitted every
+    interval), is not ported: ``constant`` is the default here (docs/peers.md names the gap)."""
 
     name = "dynamo_planner"
-    source = ("ai-dynamo/dynamo components/planner/src/dynamo/planner/utils/planner_core.py "
-              "(_compute_replica_requirements, commit 07619258), utils/load_predictor.py (62e1328d), "
-              "defaults.py SLAPlannerDefaults (00c13f8d)")
-    KNOB = "ttft_target_s"
-    SWEEP_X = (0.5, 1.0, 1.5, 2.0, 3.0)  # x the policy's TTFT target
-    ADJUSTMENT_INTERVAL_S = 180.0
+    source = ("ai-dynamo/dynamo components/planner/src/dynamo/planner/utils/planner_core.py, prefill_planner.py, "
+              "decode_planner.py (_compute_replica_requirements), utils/load_predictor.py (62e1328d), "
+              "defaults.py SLAPlannerDefaults (00c13f8d); vectors of tests/planner/test_replica_calculation.py")
+    KNOB = "adjustment_interval_s"
+    DEFAULT = 180.0
+    SWEEP = (60.0, 120.0, 180.0, 300.0, 600.0)
+    ITL_TARGET_S = 0.05  # SLAPlannerDefaults.itl
 
-    def __init__(self, policy: Policy, trace: Trace, ttft_target_s: float | None = None,
-                 predictor: str = "constant", window_size: int = 50,
-                 adjustment_interval_s: float = ADJUSTMENT_INTERVAL_S):
+    def __init__(self, policy: Policy, trace: Trace, adjustment_interval_s: float = DEFAULT,
+                 predictor: str = "constant", window_size: int = 50, ttft_target_s: float | None = None):
         super().__init__(policy, adjustment_interval_s)
         sim = policy.simulation
         self.ttft = policy.slo.ttft_target_s if ttft_target_s is None else ttft_target_s
-        self.quantile = policy.slo.ttft_percentile / 100.0
-        self.slots = policy.fleet.requests_per_group
         self.prefill, self.decode = sim.prefill_tokens_per_s, sim.decode_tokens_per_s
+        itl = 1.0 / self.decode
+        self.decode_thpt = policy.fleet.requests_per_group * self.decode if itl <= self.ITL_TARGET_S else 0.0
         self.lag = sim.scrape_interval_s
         self.t = trace.t_s
         zero = np.zeros(1)
@@ -742,15 +732,11 @@ class DynamoPlannerController(_Peer):
         return float(n), (self.cum_in[i1] - self.cum_in[i0]) / n, (self.cum_out[i1] - self.cum_out[i0]) / n
 
     def replicas(self, num_req: float, isl: float, osl: float) -> int:
-        """``_compute_replica_requirements`` for an aggregated group (see the class docstring)."""
-        if num_req <= 0:
-            return self.floor
-        prefill_s = isl / self.prefill
-        capacity = sla_throughput_per_group(self.slots, prefill_s + osl / self.decode, prefill_s, self.ttft,
-                                            self.quantile)
-        if capacity <= 0:
-            return self.ceiling
-        return max(self.floor, math.ceil(num_req / self.interval / capacity))
+        """The groups for the predicted interval: the larger of Dynamo's prefill and decode counts."""
+        prefill_thpt = self.prefill if isl / self.prefill <= self.ttft else 0.0
+        p, d = dynamo_replica_requirements(num_req, isl, osl, self.interval, prefill_thpt, self.decode_thpt,
+                                           min_endpoint=self.floor)
+        return max(p, d)
 
     def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
         num_req, isl, osl = self.observe(now)
