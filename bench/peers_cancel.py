@@ -4,8 +4,8 @@ cancel caused (docs/peers.md, "A start can be cancelled").
 
     nice -n 10 .venv/bin/python bench/peers_cancel.py [TRACE] [PEAK_UTILIZATION]
 
-Default: the 14-day m-small trace (examples/traces/servegen-m-small) at the policy's default peak
-(simulate's 0.7). One line per controller: node-hours, SLO attainment %, groups started, starts
+Default: the 14-day m-small trace (examples/traces/servegen-m-small) at simulate's default peak
+(0.5). One line per controller: node-hours, SLO attainment %, groups started, starts
 cancelled, for "cancel" (the replay's rule) and "no cancel" (a peer drains only ready groups).
 Replays run one after another in this process (about 1-10 s each here).
 """
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> None:
     trace_path = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "examples/traces/servegen-m-small")
-    peak = float(sys.argv[2]) if len(sys.argv) > 2 else 0.7
+    peak = float(sys.argv[2]) if len(sys.argv) > 2 else 0.5
     policy = load_policy(ROOT / "policies/default.yaml").policy
     trace, factor, _ = bt.prepare_trace(trace_path, "auto", policy, peak, 0)
     columns = bt.request_columns(trace, policy)

@@ -502,10 +502,16 @@ def test_compare_sweep_reports_every_peer_with_its_source_and_sweep(azure):
     for peer in bt.PEER_NAMES:
         assert ref[peer]["source"] and set(out) - {"trace", "model", "reference", "verdict", "warmup_hours", "scored_from"} <= set(ref[peer])
         sweep = ref[f"{peer}_sweep"]
-        knob = bt.peer_knob(peer)
-        assert [p[knob] for p in sweep] == sorted(bt.peer_sweep(peer, policy)) and {p["knob"] for p in sweep} == {knob}
-        default = next(p for p in sweep if p[knob] == bt.peer_default(peer, policy))
-        assert {k: v for k, v in default.items() if k not in ("knob", knob)} == \
+        knob, cls = bt.peer_knob(peer), bt.PEERS[peer]
+        times = cls.TIME_SWEEP or (None,)
+        # the whole grid: every knob value x every time constant, each point carrying both
+        assert [p[knob] for p in sweep] == [v for v in sorted(bt.peer_sweep(peer, policy)) for _ in times]
+        assert {p["knob"] for p in sweep} == {knob}
+        if cls.TIME_KNOB:
+            assert [p[cls.TIME_KNOB] for p in sweep] == list(times) * len(cls.SWEEP)
+        default = next(p for p in sweep if p[knob] == bt.peer_default(peer, policy)
+                       and (not cls.TIME_KNOB or p[cls.TIME_KNOB] == cls.TIME_DEFAULT))
+        assert {k: v for k, v in default.items() if k not in ("knob", knob, "time_knob", cls.TIME_KNOB)} == \
             {k: v for k, v in ref[peer].items() if k != "source"}
     v = out["verdict"]
     # dominated_by names exactly the controllers with a dominating point
@@ -526,6 +532,26 @@ def test_a_peer_point_that_dominates_fails_the_cell():
     v = bt.verdict(ours, static, oracle, hpa, beaten)
     assert v["dominated_by"] == ["kpa"] and v["peer_dominating"]["kpa"]["target_utilization"] == 0.8
     assert not v["meets_targets"]
+
+
+def test_dominance_is_judged_over_each_peers_whole_grid():
+    # Every reference point misses ours (SLO 0.90 < 0.99, and dearer: no line to them passes below ours)
+    # except one setting of KPA off its default time constant: target 0.7 with a scale-down delay of 300 s
+    # (0.995, 99 node-hours < 0.995 x 100): ours is dominated by KPA, and the point names both knobs.
+    policy = load_policy(ROOT / "policies/default.yaml").policy
+    names = bt.reference_names(policy, sweep=True)
+    assert "kpa@0.7,scale_down_delay_s=300" in names and "ray_serve@2,downscale_delay_s=1800" in names
+    summaries = {n: {"slo_attainment": 0.90, "node_hours": 200.0} for n in names}
+    summaries["kpa@0.7,scale_down_delay_s=300"] = {"slo_attainment": 0.995, "node_hours": 99.0}
+    ref = bt.reference_json(summaries, policy)
+    assert len(ref["kpa_sweep"]) == len(bt.PEERS["kpa"].SWEEP) * len(bt.PEERS["kpa"].TIME_SWEEP)
+    ours = {"slo_attainment": 0.99, "node_hours": 100.0}
+    v = bt.verdict(ours, ref["static"], ref["oracle"], ref["hpa_sweep"], bt.peers_frontiers(ref, policy))
+    assert v["dominated_by"] == ["kpa"]
+    point = v["peer_dominating"]["kpa"]
+    assert (point["target_utilization"], point["node_hours"]) == (0.7, 99.0)
+    kpa_point = next(p for p in ref["kpa_sweep"] if p["node_hours"] == 99.0)
+    assert kpa_point["time_knob"] == "scale_down_delay_s" and kpa_point["scale_down_delay_s"] == 300.0
 
 
 def test_simulate_reference_cache_replays_nothing_the_second_time(tmp_path):

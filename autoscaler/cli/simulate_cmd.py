@@ -269,9 +269,10 @@ def _print_table(out: dict) -> None:
         for peer in PEER_NAMES:
             points = ref.get(f"{peer}_sweep")
             if points:
-                knob = points[0]["knob"]
-                print(f"{_SHORT[peer]} sweep ({knob}: node-hours, SLO attainment %): " + ", ".join(
-                    f"{p[knob]:g}: {p['node_hours']:,.1f}, {100 * p['slo_attainment']:.3f}" for p in points))
+                knob, tk = points[0]["knob"], points[0].get("time_knob")
+                print(f"{_SHORT[peer]} sweep ({knob}{'/' + tk if tk else ''}: node-hours, SLO attainment %): "
+                      + ", ".join(f"{p[knob]:g}{'/' + format(p[tk], 'g') if tk else ''}: {p['node_hours']:,.1f}, "
+                                  f"{100 * p['slo_attainment']:.3f}" for p in points))
         v = out["verdict"]
         beaten = [("hpa", v["hpa_dominating"])] + [(p, d) for p, d in v["peer_dominating"].items() if d]
         print(f"vs always-on SLO: {-v['slo_gap_vs_static_pp']:+.3f} pp "

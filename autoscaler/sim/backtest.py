@@ -250,25 +250,53 @@ def prepare_trace(path: str, fmt: str, policy: Policy, peak_utilization: float, 
 PARALLEL_MIN_REQUESTS = 20_000
 
 
+def peer_grid(peer: str, policy: Policy) -> list[tuple[float, float | None, str]]:
+    """A peer's sweep grid: (knob value, time constant or None, run name) for every value of its
+    knob x every value of its time constant (``TIME_KNOB``; none for a peer without one). The run
+    at both defaults is the peer's name (``kpa``), one at the default time constant ``kpa@0.5``,
+    one at another ``kpa@0.5,scale_down_delay_s=300``."""
+    cls = PEERS[peer]
+    default = peer_default(peer, policy)
+    times: tuple[float | None, ...] = cls.TIME_SWEEP or (None,)
+    grid = []
+    for v in peer_sweep(peer, policy):
+        for tv in times:
+            at_time_default = tv is None or tv == cls.TIME_DEFAULT
+            if v == default and at_time_default:
+                name = peer
+            else:
+                name = f"{peer}@{v:g}" + ("" if at_time_default else f",{cls.TIME_KNOB}={tv:g}")
+            grid.append((v, tv, name))
+    return grid
+
+
 def reference_names(policy: Policy | None = None, sweep: bool = False) -> list[str]:
     """The reference runs of ``--compare``, in the order they are reported: always-on, the HPA
     sweep, the oracle, each peer at its defaults (``kpa``, ...), and with ``sweep`` (which needs
-    the policy) each peer's other sweep points (``kpa@0.5``, ...)."""
+    the policy) the rest of each peer's grid (``kpa@0.5``, ``kpa@0.5,scale_down_delay_s=300``, ...)."""
     names = ["static", *(f"hpa@{t}" for t in HPA_TARGETS), "oracle", *PEER_NAMES]
     if sweep:
-        assert policy is not None, "a peer sweep needs the policy (Dynamo's values follow its TTFT target)"
+        assert policy is not None, "a peer sweep needs the policy"
         for peer in PEER_NAMES:
-            default = peer_default(peer, policy)
-            names += [f"{peer}@{v:g}" for v in peer_sweep(peer, policy) if v != default]
+            names += [name for _, _, name in peer_grid(peer, policy) if name != peer]
     return names
 
 
-def peer_points(peer: str, policy: Policy, available: Any) -> list[tuple[float, str]]:
-    """(knob value, run name) of a peer's points among ``available`` run names, by value."""
-    default = peer_default(peer, policy)
-    points = [(default, peer)] if peer in available else []
-    points += [(v, f"{peer}@{v:g}") for v in peer_sweep(peer, policy) if v != default and f"{peer}@{v:g}" in available]
-    return sorted(points)
+def peer_points(peer: str, policy: Policy, available: Any) -> list[tuple[float, float | None, str]]:
+    """(knob value, time constant, run name) of a peer's grid points among ``available`` run names,
+    by knob value, then time constant."""
+    return sorted(((v, tv, name) for v, tv, name in peer_grid(peer, policy) if name in available),
+                  key=lambda p: (p[0], -1.0 if p[1] is None else p[1]))
+
+
+def peer_point_keys(peer: str, value: float, time_value: float | None) -> dict[str, Any]:
+    """The keys a peer's sweep point carries: ``knob`` and the knob's value, and where the peer has a
+    time constant, ``time_knob`` and its value."""
+    cls = PEERS[peer]
+    keys: dict[str, Any] = {"knob": cls.KNOB, cls.KNOB: value}
+    if cls.TIME_KNOB:
+        keys.update({"time_knob": cls.TIME_KNOB, cls.TIME_KNOB: cls.TIME_DEFAULT if time_value is None else time_value})
+    return keys
 
 
 def _reference_controller(name: str, trace: Trace, policy: Policy):
@@ -276,14 +304,19 @@ def _reference_controller(name: str, trace: Trace, policy: Policy):
         return StaticController(policy)
     if name == "oracle":
         return OracleController(trace, policy)
-    kind, _, value = name.partition("@")
+    kind, _, setting = name.partition("@")
+    value, _, time_setting = setting.partition(",")
     if kind == "hpa":
         return HpaController(policy, float(value), trace.span_s[0])
     knob = float(value) if value else peer_default(kind, policy)
+    extra: dict[str, Any] = {}
+    if time_setting:  # "scale_down_delay_s=300": the peer's time constant, by its keyword
+        key, _, tv = time_setting.partition("=")
+        extra[key] = float(tv)
     if kind == "dynamo_planner":
-        return DynamoPlannerController(policy, trace, adjustment_interval_s=knob)
+        return DynamoPlannerController(policy, trace, adjustment_interval_s=knob, **extra)
     factory: Any = PEERS[kind]  # (the other peers take the start time)
-    return factory(policy, trace.span_s[0], knob)
+    return factory(policy, trace.span_s[0], knob, **extra)
 
 
 def default_workers() -> int:
@@ -381,10 +414,10 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
 
 
 # Relative replay cost of each kind of reference (CPU s of one replay of the 14-day trace, alone
-# in one process: KPA ticks every 2 s, Ray Serve every 10 s, HPA and APA every 15 s; Dynamo's
-# planner ticks every 180 s but sizes each tick by 40 bisection steps); only the order matters.
-_COST = {"kpa": 2.8, "ray_serve": 0.93, "aibrix_kpa": 0.75, "dynamo_planner": 0.87, "apa": 0.71, "hpa": 0.7, "oracle": 0.5,
-         "static": 0.35}
+# in one process: KPA ticks every 2 s, Ray Serve, APA and AIBrix's KPA every 10 s, HPA every 15 s,
+# Dynamo's planner every 180 s); only the order matters.
+_COST = {"kpa": 2.8, "ray_serve": 0.93, "aibrix_kpa": 0.8, "apa": 0.8, "hpa": 0.7, "dynamo_planner": 0.6,
+         "oracle": 0.5, "static": 0.35}
 
 _worker_args: tuple[Trace, Policy, float, int, RequestColumns, float] | None = None
 
@@ -419,8 +452,7 @@ def reference_json(summaries: dict[str, dict[str, Any]], policy: Policy) -> dict
         ref[peer] = {**summaries[peer], "source": PEERS[peer].source}
         points = peer_points(peer, policy, summaries)
         if len(points) > 1:
-            knob = peer_knob(peer)
-            ref[f"{peer}_sweep"] = [{**summaries[name], "knob": knob, knob: v} for v, name in points]
+            ref[f"{peer}_sweep"] = [{**summaries[name], **peer_point_keys(peer, v, tv)} for v, tv, name in points]
     return ref
 
 
@@ -431,8 +463,7 @@ def peers_frontiers(ref: dict[str, Any], policy: Policy) -> dict[str, list[dict[
         if f"{peer}_sweep" in ref:
             out[peer] = ref[f"{peer}_sweep"]
         elif peer in ref:
-            knob = peer_knob(peer)
-            out[peer] = [{**ref[peer], "knob": knob, knob: peer_default(peer, policy)}]
+            out[peer] = [{**ref[peer], **peer_point_keys(peer, peer_default(peer, policy), None)}]
     return out
 
 

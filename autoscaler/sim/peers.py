@@ -151,6 +151,11 @@ class _Peer:
     KNOB = ""  # the main knob a sweep varies, its documented default and the swept values
     DEFAULT = 0.0
     SWEEP: tuple[float, ...] = ()
+    # The time constant swept beside it (a keyword of the constructor; "" for none): the grid is
+    # every KNOB value x every TIME_SWEEP value, TIME_DEFAULT among them.
+    TIME_KNOB = ""
+    TIME_DEFAULT = 0.0
+    TIME_SWEEP: tuple[float, ...] = ()
 
     def __init__(self, policy: Policy, period_s: float):
         self.policy = policy
@@ -292,6 +297,9 @@ class KpaController(_Peer):
     KNOB = "target_utilization"
     DEFAULT = 0.7
     SWEEP = (0.5, 0.6, 0.7, 0.8, 0.9)
+    TIME_KNOB = "scale_down_delay_s"  # config.go scale-down-delay, 0 by default
+    TIME_DEFAULT = 0.0
+    TIME_SWEEP = (0.0, 300.0, 900.0)
     TICK_S = 2.0
     # Knative's collector scrapes every pod each second (pkg/autoscaler/metrics/collector.go,
     # scrapeTickInterval): a tick sees data 1 s old, not the replay's Prometheus scrape (15 s).
@@ -448,6 +456,9 @@ class _AibrixPeer(_Peer):
     KNOB = "target_utilization"
     DEFAULT = 0.7
     SWEEP = (0.5, 0.6, 0.7, 0.8, 0.9)
+    TIME_KNOB = "stable_window_s"  # PodAutoscaler spec observeWindowSeconds, 180 s by default
+    TIME_DEFAULT = 180.0
+    TIME_SWEEP = (60.0, 180.0, 600.0)
     RESYNC_S = 10.0
     STABLE_WINDOW_S = 180.0
     SCALE_DOWN_COOLDOWN_S = 300.0
@@ -599,6 +610,9 @@ class RayServeController(_Peer):
     KNOB = "target_ongoing_requests"
     DEFAULT = 2.0
     SWEEP = (1.0, 2.0, 3.0, 4.0, 5.0)
+    TIME_KNOB = "downscale_delay_s"
+    TIME_DEFAULT = 600.0
+    TIME_SWEEP = (300.0, 600.0, 1200.0, 1800.0)
     METRICS_INTERVAL_S = 10.0
     LOOK_BACK_S = 30.0
 
