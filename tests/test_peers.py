@@ -549,7 +549,7 @@ def test_dominance_is_judged_over_each_peers_whole_grid():
     v = bt.verdict(ours, ref["static"], ref["oracle"], ref["hpa_sweep"], bt.peers_frontiers(ref, policy))
     assert v["dominated_by"] == ["kpa"]
     point = v["peer_dominating"]["kpa"]
-    assert (point["target_utilization"], point["node_hours"]) == (0.7, 99.0)
+    assert (point["target_utilization"], point["scale_down_delay_s"], point["node_hours"]) == (0.7, 300.0, 99.0)
     kpa_point = next(p for p in ref["kpa_sweep"] if p["node_hours"] == 99.0)
     assert kpa_point["time_knob"] == "scale_down_delay_s" and kpa_point["scale_down_delay_s"] == 300.0
 

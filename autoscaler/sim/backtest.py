@@ -171,10 +171,16 @@ def frontier_dominating(ours_slo: float, ours_node_hours: float, sweep: list[dic
     """
     bar = COST_TIE * ours_node_hours
     found: list[dict[str, Any]] = []
+
+    def setting(p: dict[str, Any]) -> dict[str, Any]:
+        """The point's time constant, where its peer sweeps one (``time_knob``), to report with it."""
+        tk = p.get("time_knob")
+        return {tk: p.get(tk)} if tk else {}
+
     for p in sweep:
         if p["slo_attainment"] >= ours_slo - SLO_TIE and p["node_hours"] < bar:
             found.append({"slo_attainment": p["slo_attainment"], "node_hours": p["node_hours"],
-                          knob: p.get(knob), "on_line_between": None})
+                          knob: p.get(knob), **setting(p), "on_line_between": None})
     pts = sorted(sweep, key=lambda p: (p["slo_attainment"], p["node_hours"]))
     for a, b in zip(pts, pts[1:]):
         s0, n0, s1, n1 = a["slo_attainment"], a["node_hours"], b["slo_attainment"], b["node_hours"]
