@@ -419,11 +419,12 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
     return runs
 
 
-# Relative replay cost of each kind of reference (CPU s of one replay of the 14-day trace, alone
-# in one process: KPA ticks every 2 s, Ray Serve, APA and AIBrix's KPA every 10 s, HPA every 15 s,
-# Dynamo's planner every 180 s); only the order matters.
-_COST = {"kpa": 2.8, "ray_serve": 0.93, "aibrix_kpa": 0.8, "apa": 0.8, "hpa": 0.7, "dynamo_planner": 0.6,
-         "oracle": 0.5, "static": 0.35}
+# Relative replay cost of each kind of reference (CPU s of one replay of the 14-day trace at its
+# defaults, measured one after another in one process on a loaded machine: KPA ticks every 2 s and
+# starts and cancels 5,892 groups, AIBrix's KPA and APA and Ray Serve tick every 10 s, HPA every
+# 15 s, Dynamo's planner every 180 s); only the order matters.
+_COST = {"kpa": 4.7, "aibrix_kpa": 1.8, "apa": 1.6, "ray_serve": 1.5, "hpa": 1.2, "oracle": 0.7, "static": 0.55,
+         "dynamo_planner": 0.5}
 
 _worker_args: tuple[Trace, Policy, float, int, RequestColumns, float] | None = None
 
