@@ -8,7 +8,7 @@
 Every cell is one trace at one seed and one peak utilisation; its three targets (docs/interfaces.md):
 SLO attainment >= always-on's - 0.5 pp (the hard one, reported first), node-hours <= the rate oracle's
 where it is defined (ServeGen; for recorded arrivals it is null and the target does not apply), not
-dominated by any setting of the HPA sweep or of a peer's sweep (Knative KPA, AIBrix APA, Ray Serve,
+dominated by any setting of the HPA sweep or of a peer's sweep (Knative KPA, AIBrix APA and KPA, Ray Serve,
 Dynamo's planner; docs/peers.md). The references (always-on, HPA 0.5-0.9, the oracle, the rate
 oracle, the peers' sweeps) do not depend on
 the scaling knobs swept here, so they are replayed once per cell and kept in ``--cache`` (JSON; a
@@ -203,7 +203,7 @@ def best_single_reference(rows: list[dict]) -> tuple[str, int, int] | None:
     return name, -cells, misses
 
 
-PEER_LABEL = {"kpa": "KPA", "apa": "APA", "ray_serve": "Ray", "dynamo_planner": "Dynamo"}
+PEER_LABEL = {"kpa": "KPA", "apa": "APA", "aibrix_kpa": "AIBrix KPA", "ray_serve": "Ray", "dynamo_planner": "Dynamo"}
 
 
 def peer_cell(v: dict, peer: str) -> str:
@@ -211,7 +211,7 @@ def peer_cell(v: dict, peer: str) -> str:
     d = v["peer_dominating"].get(peer)
     if not d:
         return "ok"
-    knob = next(k for k in d if k not in ("slo_attainment", "node_hours", "on_line_between"))
+    knob = next(k for k in d if k not in ("slo_attainment", "node_hours", "on_line_between"))  # (the main knob: first)
     at = d[knob] if d[knob] is not None else "/".join(f"{x:g}" for x in d["on_line_between"])
     return f"dominated ({at:g})" if isinstance(at, float) else f"dominated ({at})"
 

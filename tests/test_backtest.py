@@ -27,6 +27,7 @@ from autoscaler.sim.controllers import (
     HpaController,
     OracleController,
     StaticController,
+    hpa_plain_metric_replicas,
     oracle_schedule,
 )
 from autoscaler.sim.engine import simulate
@@ -206,6 +207,43 @@ def test_hpa_ratio_tolerance_and_stabilisation():
     assert _hpa_tick(hpa, 300, ("ready", "ready", "ready"), 2.0) == ([], ["g3"])
 
 
+# Kubernetes' replica_calculator_test.go, the pods-metric cases and the missing-metrics one: (name, current,
+# ready pods' values, pods without a metric, target, want). (For a pods metric an unready pod with a value
+# counts as ready: the "UnreadyHotCpu" cases scale on all three values.)
+K8S_REPLICA_CALC = [
+    ("TestReplicaCalcScaleUpCM", 3, [20000, 10000, 30000], 0, 15000, 4),
+    ("TestReplicaCalcScaleUpCMUnreadyHotCpuNoLessScale", 3, [50000, 10000, 30000], 0, 15000, 6),
+    ("TestReplicaCalcScaleUpCMUnreadyHotCpuScaleWouldScaleDown", 3, [50000, 15000, 30000], 0, 15000, 7),
+    # CPU at 100% of 1.0 requested, two of four pods without metrics: (400 + 95 + 2 x 1000) / 4000 = 0.62 -> 3
+    ("TestReplicaCalcMissingMetrics", 4, [400, 95], 2, 1000, 3),
+]
+
+
+@pytest.mark.parametrize("name, current, values, missing, target, want", K8S_REPLICA_CALC,
+                         ids=[c[0] for c in K8S_REPLICA_CALC])
+def test_kubernetes_replica_calculator_table(name, current, values, missing, target, want):
+    assert hpa_plain_metric_replicas(current, len(values), float(sum(values)), missing, target) == want
+
+
+def test_hpa_kubernetes_counts_a_starting_group_as_a_missing_metric():
+    policy = make_policy()
+    # 2 ready at 6 a group + 1 starting, target 4.2: the model (docs/interfaces.md) asks
+    # ceil(3 x 6 / 4.2) = 5 (capped at 3: nothing to start); Kubernetes counts the starting one at 0 on
+    # a scale-up: 12 / 3 / 4.2 = 0.95, within the tolerance -> 3. A scale-down while one starts: 2 ready
+    # at 1 + 1 starting: the model ceil(3 x 0.24) = 1, Kubernetes (2 + 4.2) / 3 / 4.2 = 0.49 -> ceil(1.48) = 2.
+    assert hpa_plain_metric_replicas(3, 2, 12.0, 1, 4.2) == 3
+    assert hpa_plain_metric_replicas(3, 2, 2.0, 1, 4.2) == 2
+    model = HpaController(policy, 0.7, 0.0)
+    k8s = HpaController(policy, 0.7, 0.0, kubernetes=True)
+    for hpa in (model, k8s):  # both fill their window at 0 s with 3
+        hpa.history.clear()
+    phases = ("ready", "ready", "starting")
+    # The model wants 1: the starting group stops and a ready one drains; Kubernetes wants 2: the
+    # starting one stops, both ready ones serve.
+    assert _hpa_tick(model, 15, phases, 1.0) == ([], ["g3", "g2"])
+    assert _hpa_tick(k8s, 15, phases, 1.0) == ([], ["g3"])
+
+
 def test_hpa_frontier_interpolation():
     sweep = [{"slo_attainment": 0.90, "node_hours": 100.0}, {"slo_attainment": 0.95, "node_hours": 150.0},
              {"slo_attainment": 0.97, "node_hours": 170.0}]
@@ -291,8 +329,8 @@ def test_simulate_json_keys_compare_timeline_and_plot(tmp_path):
     assert set(out["model"]) >= {"prefill_tokens_per_s", "decode_tokens_per_s", "startup_s", "requests_per_group",
                                  "slo_ttft_s"}
     ref = out["reference"]
-    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "oracle_rate", "kpa", "apa", "ray_serve",
-                        "dynamo_planner"}
+    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "oracle_rate", "kpa", "apa", "aibrix_kpa",
+                        "ray_serve", "dynamo_planner"}
     assert ref["oracle_rate"] is None  # recorded arrivals: no rate windows to draw again
     for r in (ref["static"], ref["hpa"], ref["oracle"], *ref["hpa_sweep"]):
         assert keys <= set(r)

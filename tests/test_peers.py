@@ -23,6 +23,8 @@ from autoscaler.core.types import FleetState, GroupSignals, GroupState, Phase, S
 from autoscaler.policy import load_policy
 from autoscaler.sim import backtest as bt
 from autoscaler.sim.peers import (
+    AibrixCooldown,
+    AibrixKpaController,
     ApaController,
     ConstantPredictor,
     DynamoPlannerController,
@@ -31,14 +33,15 @@ from autoscaler.sim.peers import (
     MovingAveragePredictor,
     RayDelayState,
     RayServeController,
+    aibrix_kpa_target_replicas,
+    aibrix_pending_guard,
     apa_target_replicas,
-    erlang_c_wait_tail,
+    dynamo_replica_requirements,
     kpa_new_state,
     kpa_scale,
     ray_apply_delay,
     ray_apply_scaling_factors,
     ray_core_policy,
-    sla_throughput_per_group,
 )
 from autoscaler.sim.traces import Trace
 
@@ -120,6 +123,18 @@ def test_knative_scale_down_delay():
     assert kpa_scale(spec, state, 900.0, 0, 0, 0) == 0  # everything scrolled out
 
 
+def test_knative_scale_down_delay_not_reachable():
+    # TestAutoscalerScaleDownDelayNotReachable (Knative main after the commits read; the vector as the
+    # issue gives it): target 10, rates 10, panic threshold 100, delay 5 minutes; 40 -> 4; the load goes
+    # to 0 and the revision becomes unreachable: the scale-down is not delayed (the port said 4).
+    spec = _knative_spec(10, panic_threshold=100.0, scale_down_delay_s=300.0)
+    state = kpa_new_state(0, 0.0)
+    assert kpa_scale(spec, state, 2.0, 0, 40, 40) == 4
+    assert kpa_scale(spec, state, 240.0, 0, 0, 0) == 4  # reachable: held by the delay window
+    unreachable = _knative_spec(10, panic_threshold=100.0, scale_down_delay_s=300.0, reachable=False)
+    assert kpa_scale(unreachable, state, 242.0, 0, 0, 0) == 0
+
+
 def test_knative_starts_in_panic_over_more_than_one_pod():
     # TestStartInPanicMode: built over 0 or 1 pods no panic; over 2, panic with 2 max panic pods
     assert kpa_new_state(0, 0.0).panic_time is None and kpa_new_state(1, 0.0).max_panic_pods == 1
@@ -147,6 +162,56 @@ AIBRIX_APA = [
 @pytest.mark.parametrize("name, pods, target, use, up_rate, down_rate, want", AIBRIX_APA, ids=[c[0] for c in AIBRIX_APA])
 def test_aibrix_apa_table(name, pods, target, use, up_rate, down_rate, want):
     assert apa_target_replicas(float(pods), target, use, 0.1, 0.1, up_rate, down_rate) == want
+
+
+# ---------------------------------------------------------------- AIBrix: algorithm/kpa_test.go
+# TestKPAAlgorithm_ComputeTargetReplicas: (name, pods, stable, panic, up rate, activation scale, in panic,
+# max panic pods, want); target 10, down rate 2, panic threshold 2 throughout.
+AIBRIX_KPA = [
+    ("stable_mode_basic_scaling", 2, 20, 20, 2.0, 1, False, 0, 2),
+    ("panic_mode_scaling_up", 2, 30, 40, 2.0, 1, True, 2, 4),
+    ("panic_mode_no_scale_down", 5, 20, 20, 2.0, 1, True, 5, 5),
+    ("scale_to_zero", 1, 0, 0, 2.0, 1, False, 0, 0),
+    ("activation_scale_from_zero", 0, 15, 15, 2.0, 3, False, 0, 3),
+    ("max_scale_up_rate_limit", 2, 100, 100, 1.5, 1, False, 0, 3),
+    ("max_scale_down_rate_limit", 4, 5, 5, 2.0, 1, False, 0, 2),
+]
+
+
+@pytest.mark.parametrize("name, pods, stable, panic, up_rate, activation, in_panic, max_panic, want", AIBRIX_KPA,
+                         ids=[c[0] for c in AIBRIX_KPA])
+def test_aibrix_kpa_table(name, pods, stable, panic, up_rate, activation, in_panic, max_panic, want):
+    assert aibrix_kpa_target_replicas(float(pods), stable, panic, 10.0, up_rate, 2.0, in_panic, max_panic,
+                                      activation) == want
+
+
+def test_aibrix_cooldown_takes_the_lowest_on_a_scale_down():
+    # stabilizeRecommendation: 3 current; recommendations 2 (0 s), 3 (100 s), then 2 at 200 s: a scale-down
+    # goes to the lowest of the last 300 s, 2, at once (HPA would hold 3, the highest). A recommendation of
+    # 1 at 250 s, then 2 at 400 s: 1 is still in the window, so 1 (it can go below this tick's own).
+    cd = AibrixCooldown(0.0, 300.0)
+    assert cd.stabilize(0.0, 2, 3) == 2
+    assert cd.stabilize(100.0, 3, 3) == 3
+    assert cd.stabilize(200.0, 2, 3) == 2
+    assert cd.stabilize(250.0, 1, 2) == 1
+    assert cd.stabilize(400.0, 2, 3) == 1
+    assert cd.stabilize(551.0, 2, 3) == 2  # 1 (250 s) has left the window
+    # A scale-up (window 0 s) is the recommendation itself, whatever came before.
+    assert cd.stabilize(560.0, 3, 2) == 3
+
+
+def test_aibrix_pending_guard():
+    # APA, 2 ready + 1 pending at 6 a pod against 4.2, the algorithm wants 5: the pending one counts
+    # as 0: ceil(3 x (6 x 2 / 3) / 4.2) = ceil(2.86) = 3 -> hold at 3 (the current count)
+    assert aibrix_pending_guard("apa", 5, 3, 2, 6.0, 4.2) == 3
+    # at 9 a pod: ceil(3 x 6 / 4.2) = ceil(4.29) = 5 -> 5 (within [3, 5])
+    assert aibrix_pending_guard("apa", 5, 3, 2, 9.0, 4.2) == 5
+    # A scale-down to 1 with 1 ready at 1.0 and 2 pending: the pending ones at the target:
+    # ceil(3 x (1 + 2 x 4.2) / 3 / 4.2) = ceil(2.24) = 3 -> stays at 3
+    assert aibrix_pending_guard("apa", 1, 3, 1, 1.0, 4.2) == 3
+    # KPA's scale-down branch: ceil((1 x 1 + 4.2 x 2) / 4.2) = 3; nothing pending: the algorithm's own
+    assert aibrix_pending_guard("kpa", 1, 3, 1, 1.0, 4.2) == 3
+    assert aibrix_pending_guard("kpa", 1, 3, 3, 1.0, 4.2) == 1
 
 
 # ---------------------------------------------------------------- Ray: tests/unit/test_autoscaling_policy.py
@@ -205,16 +270,26 @@ def test_dynamo_predictors():
     assert m.predict_next() == pytest.approx(5.0)  # (2 + 3 + 10) / 3
 
 
-def test_erlang_c_and_sla_throughput():
-    # M/M/1: P(wait > t) = rho e^{-(mu - lambda) t}: 0.5 e^{-0.5 x 2} = 0.18394
-    assert erlang_c_wait_tail(1, 0.5, 1.0, 2.0) == pytest.approx(0.5 * math.exp(-1.0))
-    # M/M/2 at a = 1: C(2, 1) = (1/2 / (1 - 1/2)) / (1 + 1 + 1) = 1/3
-    assert erlang_c_wait_tail(2, 1.0, 1.0, 0.0) == pytest.approx(1 / 3)
-    # The throughput at the SLA meets it at the quantile, and a little more does not.
-    lam = sla_throughput_per_group(6, 8.0, 0.5, 3.0, 0.99)
-    assert 0 < lam < 6 / 8.0
-    assert erlang_c_wait_tail(6, lam, 8.0, 2.5) <= 0.01 < erlang_c_wait_tail(6, lam * 1.01, 8.0, 2.5)
-    assert sla_throughput_per_group(6, 8.0, 3.5, 3.0, 0.99) == 0.0  # the prefill alone misses the target
+# Dynamo tests/planner/test_replica_calculation.py, the cases with numbers: (name, requests, isl, osl,
+# interval s, prefill and decode tokens/s per GPU, GPUs per prefill and decode engine, min endpoint,
+# prefill correction, want (prefill, decode)). (The two GPU-budget cases split a budget between
+# disaggregated prefill and decode workers, which an aggregated group does not have.)
+DYNAMO_REPLICAS = [
+    ("test_prefill_replica_calculation_basic", 10, 3000, 150, 60, 40000, 10000, 1, 1, 1, 1.0, (1, 1)),
+    ("test_decode_replica_calculation_basic", 10, 3000, 150, 60, 40000, 10000, 1, 1, 1, 1.0, (1, 1)),
+    ("low_load_10_req_per_second", 10, 3000, 150, 60, 40000, 10000, 1, 1, 1, 1.0, (1, 1)),
+    ("high_load_500_req_per_second", 500, 3000, 150, 60, 40000, 1000, 1, 1, 1, 1.0, (1, 2)),
+    ("test_min_endpoint_constraint", 1, 100, 10, 60, 40000, 10000, 1, 1, 2, 1.0, (2, 2)),
+    ("test_prefill_correction_factor_clamping", 10, 3000, 150, 60, 40000, 10000, 1, 1, 1, 2.5, (1, 1)),
+    ("test_multi_gpu_engines", 20, 3000, 150, 60, 40000, 5000, 2, 4, 1, 1.0, (1, 1)),
+]
+
+
+@pytest.mark.parametrize("name, n, isl, osl, interval, p_thpt, d_thpt, p_gpus, d_gpus, min_ep, p_corr, want",
+                         DYNAMO_REPLICAS, ids=[c[0] for c in DYNAMO_REPLICAS])
+def test_dynamo_replica_calculation_table(name, n, isl, osl, interval, p_thpt, d_thpt, p_gpus, d_gpus, min_ep,
+                                          p_corr, want):
+    assert dynamo_replica_requirements(n, isl, osl, interval, p_thpt, d_thpt, p_gpus, d_gpus, min_ep, p_corr) == want
 
 
 def _trace(times, inp=1000, out=100) -> Trace:
@@ -238,20 +313,22 @@ def _tick(ctl, now, phases, per_group_load):
     return ctl.tick(now, SignalSnapshot(now, groups, GroupSignals()), fleet)
 
 
-def test_dynamo_planner_sizes_for_the_predicted_interval():
-    policy = make_policy()  # 6 slots, prefill 2,500/s, decode 20/s, TTFT 3 s at p99
+def test_dynamo_planner_sizes_by_throughput_against_the_fleet_models_profile():
+    policy = make_policy()  # 6 slots, prefill 2,500/s, decode 20/s, TTFT 3 s
     # 360 requests in the 180 s before 200 s (2 a second), 1,000 in / 100 out tokens each
     trace = _trace(np.arange(0, 400, 0.5))
     ctl = DynamoPlannerController(policy, trace)
     n, isl, osl = ctl.observe(200.0 + policy.simulation.scrape_interval_s)
     assert (n, isl, osl) == (360.0, 1000.0, 100.0)
-    # service 0.4 + 5 = 5.4 s, wait budget 3 - 0.4 = 2.6 s: one group takes lam requests/s at p99
-    lam = sla_throughput_per_group(6, 5.4, 0.4, 3.0, 0.99)
-    want = max(1, math.ceil(2.0 / lam))  # 2 a second is 10.8 slots busy on average: more than one group
-    assert lam < 6 / 5.4 and ctl.replicas(360.0, 1000.0, 100.0) == want > 1
-    # A looser TTFT target sizes for more per group: fewer groups for the same load.
-    loose = DynamoPlannerController(policy, trace, ttft_target_s=9.0)
-    assert loose.replicas(360.0, 1000.0, 100.0) < want or want == 1
+    # The profile of one group: prefill 2,500 tokens/s (1,000 tokens in 0.4 s <= 3 s); decode 6 x 20 = 120
+    # tokens/s (ITL 0.05 s meets Dynamo's 0.05 s). Prefill 360 x 1,000 / 180 / 2,500 = 0.8 -> 1; decode
+    # 360 x 100 / 180 / 120 = 1.67 -> 2: two groups (the queue model said more: it sized for the p99 wait)
+    assert ctl.replicas(360.0, 1000.0, 100.0) == 2
+    # A prompt whose prefill alone misses the TTFT target has no prefill throughput at the SLA: the
+    # prefill count falls back to min_endpoint, the decode count stands.
+    assert ctl.replicas(360.0, 10000.0, 100.0) == 2
+    # A slower interval sizes on the same rule over its own span.
+    assert DynamoPlannerController(policy, trace, adjustment_interval_s=60.0).replicas(120.0, 1000.0, 100.0) == 2
     # An interval without requests: no adjustment (its metrics are NaN)
     empty = DynamoPlannerController(policy, _trace([0.0, 5000.0]))
     assert _tick(empty, 1000.0, ("ready", "ready", "ready"), 0.0) == ([], [])
@@ -286,18 +363,40 @@ def test_kpa_windows_after_a_gap_in_its_samples():
     assert kpa._windows(117.0, 3.0) == (5.0, 1.5)  # stable (12 + 0 + 3) / 3; panic (0 + 3) / 2
 
 
-def test_apa_tolerance_and_scale_down_cooldown():
+def test_apa_on_the_fleet_reads_its_stable_window_and_never_delays_a_scale_down():
     policy = make_policy()
-    apa = ApaController(policy, 0.0)  # expected 4.2 per group, cooldown 300 s
+    apa = ApaController(policy, 0.0)  # expected 4.2 per group, resync 10 s, stable window 180 s
     # 4.5 a group: 4.5 / 4.2 = 1.07 within the 10% tolerance
-    assert _tick(apa, 15.0, ("ready", "ready", "off"), 4.5) == ([], [])
-    # 6 a group: 1.43 -> ceil(2 x 1.43) = 3
-    assert _tick(apa, 30.0, ("ready", "ready", "off"), 6.0) == (["g3"], [])
+    assert _tick(apa, 10.0, ("ready", "ready", "off"), 4.5) == ([], [])
+    # 6 a group: the window's mean (4.5 + 6) / 2 = 5.25: 1.25 -> ceil(2 x 1.25) = 3
+    assert _tick(apa, 20.0, ("ready", "ready", "off"), 6.0) == (["g3"], [])
     apa = ApaController(policy, 0.0)
-    # 1 a group on 3: ceil(3 x 0.24) = 1, and floor(3 / 2) = 1; held for the 300 s cooldown
-    for now in range(15, 300, 15):
-        assert _tick(apa, float(now), ("ready", "ready", "ready"), 1.0) == ([], []), now
-    assert _tick(apa, 300.0, ("ready", "ready", "ready"), 1.0) == ([], ["g3", "g2"])
+    # 1 a group on 3: ceil(3 x 0.24) = 1, and floor(3 / 2) = 1: both drain at the first reconcile (the
+    # cooldown takes the lowest recommendation of 300 s, this one)
+    assert _tick(apa, 10.0, ("ready", "ready", "ready"), 1.0) == ([], ["g3", "g2"])
+    # The window's mean, not the scrape: 170 s at 4.2 a group on 2, then one scrape of 11: mean
+    # (17 x 4.2 + 11) / 18 = 4.578, 1.09 (within the band) -> hold; the scrape alone would ask a third
+    apa = ApaController(policy, 0.0)
+    for now in range(10, 180, 10):
+        assert _tick(apa, float(now), ("ready", "ready", "off"), 4.2) == ([], []), now
+    assert _tick(apa, 180.0, ("ready", "ready", "off"), 11.0) == ([], [])
+
+
+def test_aibrix_kpa_on_the_fleet_panics_on_the_ratio():
+    policy = make_policy()
+    kpa = AibrixKpaController(policy, 0.0)  # target 4.2 a group; windows 180 s / 60 s
+    two = ("ready", "ready", "off")
+    # 180 s at 1 a group on two (total 2): stable = panic = 2: ceil(2 / 4.2) = 1, but floor(2 / 2) = 1 and
+    # the floor is 1: the cooldown's lowest is 1 -> one drains at the first reconcile
+    assert _tick(kpa, 10.0, two, 1.0) == ([], ["g2"])
+    kpa = AibrixKpaController(policy, 0.0)
+    kpa.recommend(10.0, 2.0, 2, 2)  # (the windows alone, no act)
+    for now in range(20, 190, 10):
+        assert kpa.recommend(float(now), 2.0, 2, 2) == (1, 1.0), now
+    # Then a total of 60 at 190 s: stable (17 x 2 + 60) / 18 = 5.22 -> ceil(5.22 / 4.2) = 2; panic
+    # (5 x 2 + 60) / 6 = 11.67, 11.67 / 5.22 = 2.23 > 2: panic -> ceil(11.67 / 4.2) = 3 (<= 2 x 2):
+    # 3, where the stable rule alone would hold 2
+    assert kpa.recommend(190.0, 60.0, 2, 2) == (3, 70 / 6 / 2)  # (and the per-pod panic value the guard reads)
 
 
 def test_ray_serve_delays_on_timestamps():
@@ -312,6 +411,79 @@ def test_ray_serve_delays_on_timestamps():
     for now in range(0, 600, 10):
         assert _tick(ray, float(now), ("ready", "ready", "ready"), 0.5) == ([], []), now
     assert _tick(ray, 600.0, ("ready", "ready", "ready"), 0.5) == ([], ["g3", "g2"])
+
+
+# ---------------------------------------------------------------- a start can be cancelled
+class _Scripted:
+    """A controller that plays (time, starts, drains) steps, on the groups' load only."""
+
+    uses_fleet_signals = False
+    period_s = 15.0
+
+    def __init__(self, steps):
+        self.steps = dict(steps)
+
+    def tick(self, now, signals, fleet):
+        return self.steps.get(now, ([], []))
+
+    def on_ready(self, name, startup_s):
+        pass
+
+
+def test_the_replay_stops_a_starting_group_that_a_controller_drains():
+    # Start-up 600 s. At 0 s two of three groups drain (floor 1); at 60 s g2 starts again; at 120 s
+    # the controller drains it while it is still starting: it stops then (nodes on 60-120 s), it
+    # never serves, and it is no drain. (Before, the replay ignored the drain of a starting group:
+    # g2 became ready at 660 s and stayed on to the end, 1,800 s.)
+    from autoscaler.sim.engine import simulate
+    policy = make_policy()
+    trace = _trace(np.arange(0.0, 1800.0, 30.0), inp=100, out=10)
+    ctl = _Scripted({0.0: ([], ["g3", "g2"]), 60.0: (["g2"], []), 120.0: ([], ["g2"])})
+    result = simulate(trace, policy, ctl)
+    assert result.group_intervals["g2"] == [(60.0, 120.0)]  # (its drain at 0 s stopped it at once: empty)
+    assert result.starts_cancelled == 1 and result.scale_ups == 1 and result.scale_downs == 2
+    assert [e for e in result.events if e[1] == "g2" and e[0] >= 60.0] == \
+        [(60.0, "g2", "start"), (120.0, "g2", "cancel"), (120.0, "g2", "stop")]
+
+
+def test_kpa_reads_its_own_one_second_scrape():
+    # Knative's collector scrapes each pod every second: the KPA at tick T sees the fleet at T - 1 s,
+    # the other controllers Prometheus's scrape, T - 15 s. (Before, the KPA was handed 15 s old data.)
+    from autoscaler.sim.engine import simulate
+
+    class Seen(_Scripted):
+        def __init__(self, period, lag=None):
+            super().__init__({})
+            self.period_s, self.ages = period, []
+            if lag is not None:
+                self.scrape_lag_s = lag
+
+        def tick(self, now, signals, fleet):
+            self.ages.append(now - signals.at)
+            return [], []
+
+    trace = _trace(np.arange(0.0, 200.0, 5.0))
+    kpa_like, other = Seen(KpaController.TICK_S, KpaController.SCRAPE_LAG_S), Seen(15.0)
+    simulate(trace, make_policy(), kpa_like)
+    simulate(trace, make_policy(), other)
+    assert set(kpa_like.ages[1:]) == {1.0} and set(other.ages[1:]) == {15.0}
+    assert KpaController(make_policy(), 0.0).scrape_lag_s == 1.0
+
+
+def test_a_peer_stops_the_starting_group_before_a_ready_one():
+    # 2 ready + 1 starting and the peer wants 2: the starting one stops, the warm ones keep serving;
+    # it wants 1: the starting one, then the least-loaded ready one (of equals, the last in order).
+    policy = make_policy()
+    peer = ApaController(policy, 0.0)
+    fleet, groups = _fleet(("ready", "ready", "starting"), 1.0)
+    signals = SignalSnapshot(0.0, groups, GroupSignals())
+    ready = [fleet.groups["g1"], fleet.groups["g2"]]
+    assert peer.act(2, ready, 1, signals, fleet) == ([], ["g3"])
+    assert peer.act(1, ready, 1, signals, fleet) == ([], ["g3", "g2"])
+    # Two starting: the later started goes first.
+    fleet2 = FleetState({"g1": GroupState("g1", Phase.READY, 0.0), "g2": GroupState("g2", Phase.STARTING, 50.0),
+                         "g3": GroupState("g3", Phase.STARTING, 80.0)})
+    assert peer.act(2, [fleet2.groups["g1"]], 2, signals, fleet2) == ([], ["g3"])
 
 
 # ---------------------------------------------------------------- the backtest's peers
@@ -330,10 +502,16 @@ def test_compare_sweep_reports_every_peer_with_its_source_and_sweep(azure):
     for peer in bt.PEER_NAMES:
         assert ref[peer]["source"] and set(out) - {"trace", "model", "reference", "verdict", "warmup_hours", "scored_from"} <= set(ref[peer])
         sweep = ref[f"{peer}_sweep"]
-        knob = bt.peer_knob(peer)
-        assert [p[knob] for p in sweep] == sorted(bt.peer_sweep(peer, policy)) and {p["knob"] for p in sweep} == {knob}
-        default = next(p for p in sweep if p[knob] == bt.peer_default(peer, policy))
-        assert {k: v for k, v in default.items() if k not in ("knob", knob)} == \
+        knob, cls = bt.peer_knob(peer), bt.PEERS[peer]
+        times = cls.TIME_SWEEP or (None,)
+        # the whole grid: every knob value x every time constant, each point carrying both
+        assert [p[knob] for p in sweep] == [v for v in sorted(bt.peer_sweep(peer, policy)) for _ in times]
+        assert {p["knob"] for p in sweep} == {knob}
+        if cls.TIME_KNOB:
+            assert [p[cls.TIME_KNOB] for p in sweep] == list(times) * len(cls.SWEEP)
+        default = next(p for p in sweep if p[knob] == bt.peer_default(peer, policy)
+                       and (not cls.TIME_KNOB or p[cls.TIME_KNOB] == cls.TIME_DEFAULT))
+        assert {k: v for k, v in default.items() if k not in ("knob", knob, "time_knob", cls.TIME_KNOB)} == \
             {k: v for k, v in ref[peer].items() if k != "source"}
     v = out["verdict"]
     # dominated_by names exactly the controllers with a dominating point
@@ -354,6 +532,26 @@ def test_a_peer_point_that_dominates_fails_the_cell():
     v = bt.verdict(ours, static, oracle, hpa, beaten)
     assert v["dominated_by"] == ["kpa"] and v["peer_dominating"]["kpa"]["target_utilization"] == 0.8
     assert not v["meets_targets"]
+
+
+def test_dominance_is_judged_over_each_peers_whole_grid():
+    # Every reference point misses ours (SLO 0.90 < 0.99, and dearer: no line to them passes below ours)
+    # except one setting of KPA off its default time constant: target 0.7 with a scale-down delay of 300 s
+    # (0.995, 99 node-hours < 0.995 x 100): ours is dominated by KPA, and the point names both knobs.
+    policy = load_policy(ROOT / "policies/default.yaml").policy
+    names = bt.reference_names(policy, sweep=True)
+    assert "kpa@0.7,scale_down_delay_s=300" in names and "ray_serve@2,downscale_delay_s=1800" in names
+    summaries = {n: {"slo_attainment": 0.90, "node_hours": 200.0} for n in names}
+    summaries["kpa@0.7,scale_down_delay_s=300"] = {"slo_attainment": 0.995, "node_hours": 99.0}
+    ref = bt.reference_json(summaries, policy)
+    assert len(ref["kpa_sweep"]) == len(bt.PEERS["kpa"].SWEEP) * len(bt.PEERS["kpa"].TIME_SWEEP)
+    ours = {"slo_attainment": 0.99, "node_hours": 100.0}
+    v = bt.verdict(ours, ref["static"], ref["oracle"], ref["hpa_sweep"], bt.peers_frontiers(ref, policy))
+    assert v["dominated_by"] == ["kpa"]
+    point = v["peer_dominating"]["kpa"]
+    assert (point["target_utilization"], point["scale_down_delay_s"], point["node_hours"]) == (0.7, 300.0, 99.0)
+    kpa_point = next(p for p in ref["kpa_sweep"] if p["node_hours"] == 99.0)
+    assert kpa_point["time_knob"] == "scale_down_delay_s" and kpa_point["scale_down_delay_s"] == 300.0
 
 
 def test_simulate_reference_cache_replays_nothing_the_second_time(tmp_path):

@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="when a trace without absolute times starts (default Monday 2026-01-05 00:00 UTC)")
     p.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows and count them")
     p.add_argument("--compare", nargs="?", const="defaults", choices=("defaults", "sweep"), default=None,
-                   help="also run always-on, the HPA sweep, the oracle and the peers (Knative KPA, AIBrix APA, Ray "
+                   help="also run always-on, the HPA sweep, the oracle and the peers (Knative KPA, AIBrix APA and KPA, Ray "
                         "Serve, Dynamo's planner) at their defaults; '--compare sweep' also sweeps each peer's main "
                         "knob (docs/peers.md)")
     p.add_argument("--reference-cache", metavar="DIR", default=None,
@@ -198,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-_SHORT = {"kpa": "knative-kpa", "apa": "aibrix-apa", "ray_serve": "ray-serve", "dynamo_planner": "dynamo"}
+_SHORT = {"kpa": "knative-kpa", "apa": "aibrix-apa", "aibrix_kpa": "aibrix-kpa", "ray_serve": "ray-serve", "dynamo_planner": "dynamo"}
 
 
 def args_sweep(ref: dict) -> bool:
@@ -271,9 +271,10 @@ def _print_table(out: dict) -> None:
         for peer in PEER_NAMES:
             points = ref.get(f"{peer}_sweep")
             if points:
-                knob = points[0]["knob"]
-                print(f"{_SHORT[peer]} sweep ({knob}: node-hours, SLO attainment %): " + ", ".join(
-                    f"{p[knob]:g}: {p['node_hours']:,.1f}, {100 * p['slo_attainment']:.3f}" for p in points))
+                knob, tk = points[0]["knob"], points[0].get("time_knob")
+                print(f"{_SHORT[peer]} sweep ({knob}{'/' + tk if tk else ''}: node-hours, SLO attainment %): "
+                      + ", ".join(f"{p[knob]:g}{'/' + format(p[tk], 'g') if tk else ''}: {p['node_hours']:,.1f}, "
+                                  f"{100 * p['slo_attainment']:.3f}" for p in points))
         v = out["verdict"]
         beaten = [("hpa", v["hpa_dominating"])] + [(p, d) for p, d in v["peer_dominating"].items() if d]
         print(f"vs always-on SLO: {-v['slo_gap_vs_static_pp']:+.3f} pp "

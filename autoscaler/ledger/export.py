@@ -47,6 +47,8 @@ def export_backtest(db_url: str, loaded: LoadedPolicy, trace: Trace, run, label:
                 acted[(t, g)] = i
     events = []
     for t, group, kind in result.events:
+        if kind == "cancel":  # a start stopped before it served: its "stop" follows and is recorded
+            continue
         at = epoch + t
         index = acted.get((at, group)) if kind in ("start", "drain", "return") else None
         if kind == "stop":

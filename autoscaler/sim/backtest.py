@@ -30,7 +30,7 @@ from autoscaler.sim.traces import Trace, load_trace
 
 HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 HPA_DEFAULT_TARGET = 0.7
-PEER_NAMES = tuple(PEERS)  # kpa, apa, ray_serve, dynamo_planner: reference.<peer> in --json
+PEER_NAMES = tuple(PEERS)  # kpa, apa, aibrix_kpa, ray_serve, dynamo_planner: reference.<peer> in --json
 
 
 def peer_knob(peer: str) -> str:
@@ -39,16 +39,12 @@ def peer_knob(peer: str) -> str:
 
 
 def peer_default(peer: str, policy: Policy) -> float:
-    """A peer's knob at its documented default (Dynamo's planner: the policy's TTFT target)."""
-    if peer == "dynamo_planner":
-        return policy.slo.ttft_target_s
+    """A peer's knob at its documented default."""
     return PEERS[peer].DEFAULT
 
 
 def peer_sweep(peer: str, policy: Policy) -> list[float]:
-    """The values of a peer's sweep, its default among them (Dynamo: 0.5-3 x the TTFT target)."""
-    if peer == "dynamo_planner":
-        return [round(x * policy.slo.ttft_target_s, 6) for x in DynamoPlannerController.SWEEP_X]
+    """The values of a peer's sweep, its default among them."""
     return list(PEERS[peer].SWEEP)
 
 
@@ -107,6 +103,7 @@ def summarise(result: SimResult, policy: Policy, load_scale: float, wall_s: floa
         "ttft_p99_s": round(float(np.percentile(result.ttft_s, 99)), 4) if n else None,
         "scale_ups": result.scale_ups,
         "scale_downs": result.scale_downs,
+        "starts_cancelled": result.starts_cancelled,
         "requests_cut_by_drain": result.requests_cut_by_drain,
         "wall_s": round(wall_s, 3),
     }
@@ -135,6 +132,7 @@ def scored_window(result: SimResult, trace: Trace, warmup_s: float) -> SimResult
         group_intervals=intervals, span_s=(start, result.span_s[1]),
         scale_ups=sum(1 for t, _, what in result.events if what == "start" and t >= start),
         scale_downs=sum(1 for t, _, what in result.events if what == "drain" and t >= start),
+        starts_cancelled=sum(1 for t, _, what in result.events if what == "cancel" and t >= start),
         requests_cut_by_drain=int(cut.sum()),
         tick_t=result.tick_t[ticks], tick_demand=result.tick_demand[ticks], tick_ready=result.tick_ready[ticks],
         tick_starting=result.tick_starting[ticks], tick_draining=result.tick_draining[ticks],
@@ -179,10 +177,16 @@ def frontier_dominating(ours_slo: float, ours_node_hours: float, sweep: list[dic
     """
     bar = COST_TIE * ours_node_hours
     found: list[dict[str, Any]] = []
+
+    def setting(p: dict[str, Any]) -> dict[str, Any]:
+        """The point's time constant, where its peer sweeps one (``time_knob``), to report with it."""
+        tk = p.get("time_knob")
+        return {tk: p.get(tk)} if tk else {}
+
     for p in sweep:
         if p["slo_attainment"] >= ours_slo - SLO_TIE and p["node_hours"] < bar:
             found.append({"slo_attainment": p["slo_attainment"], "node_hours": p["node_hours"],
-                          knob: p.get(knob), "on_line_between": None})
+                          knob: p.get(knob), **setting(p), "on_line_between": None})
     pts = sorted(sweep, key=lambda p: (p["slo_attainment"], p["node_hours"]))
     for a, b in zip(pts, pts[1:]):
         s0, n0, s1, n1 = a["slo_attainment"], a["node_hours"], b["slo_attainment"], b["node_hours"]
@@ -267,25 +271,53 @@ def prepare_trace(path: str, fmt: str, policy: Policy, peak_utilization: float, 
 PARALLEL_MIN_REQUESTS = 20_000
 
 
+def peer_grid(peer: str, policy: Policy) -> list[tuple[float, float | None, str]]:
+    """A peer's sweep grid: (knob value, time constant or None, run name) for every value of its
+    knob x every value of its time constant (``TIME_KNOB``; none for a peer without one). The run
+    at both defaults is the peer's name (``kpa``), one at the default time constant ``kpa@0.5``,
+    one at another ``kpa@0.5,scale_down_delay_s=300``."""
+    cls = PEERS[peer]
+    default = peer_default(peer, policy)
+    times: tuple[float | None, ...] = cls.TIME_SWEEP or (None,)
+    grid = []
+    for v in peer_sweep(peer, policy):
+        for tv in times:
+            at_time_default = tv is None or tv == cls.TIME_DEFAULT
+            if v == default and at_time_default:
+                name = peer
+            else:
+                name = f"{peer}@{v:g}" + ("" if at_time_default else f",{cls.TIME_KNOB}={tv:g}")
+            grid.append((v, tv, name))
+    return grid
+
+
 def reference_names(policy: Policy | None = None, sweep: bool = False) -> list[str]:
     """The reference runs of ``--compare``, in the order they are reported: always-on, the HPA
     sweep, the oracle, each peer at its defaults (``kpa``, ...), and with ``sweep`` (which needs
-    the policy) each peer's other sweep points (``kpa@0.5``, ...)."""
+    the policy) the rest of each peer's grid (``kpa@0.5``, ``kpa@0.5,scale_down_delay_s=300``, ...)."""
     names = ["static", *(f"hpa@{t}" for t in HPA_TARGETS), "oracle", "oracle_rate", *PEER_NAMES]
     if sweep:
-        assert policy is not None, "a peer sweep needs the policy (Dynamo's values follow its TTFT target)"
+        assert policy is not None, "a peer sweep needs the policy"
         for peer in PEER_NAMES:
-            default = peer_default(peer, policy)
-            names += [f"{peer}@{v:g}" for v in peer_sweep(peer, policy) if v != default]
+            names += [name for _, _, name in peer_grid(peer, policy) if name != peer]
     return names
 
 
-def peer_points(peer: str, policy: Policy, available: Any) -> list[tuple[float, str]]:
-    """(knob value, run name) of a peer's points among ``available`` run names, by value."""
-    default = peer_default(peer, policy)
-    points = [(default, peer)] if peer in available else []
-    points += [(v, f"{peer}@{v:g}") for v in peer_sweep(peer, policy) if v != default and f"{peer}@{v:g}" in available]
-    return sorted(points)
+def peer_points(peer: str, policy: Policy, available: Any) -> list[tuple[float, float | None, str]]:
+    """(knob value, time constant, run name) of a peer's grid points among ``available`` run names,
+    by knob value, then time constant."""
+    return sorted(((v, tv, name) for v, tv, name in peer_grid(peer, policy) if name in available),
+                  key=lambda p: (p[0], -1.0 if p[1] is None else p[1]))
+
+
+def peer_point_keys(peer: str, value: float, time_value: float | None) -> dict[str, Any]:
+    """The keys a peer's sweep point carries: ``knob`` and the knob's value, and where the peer has a
+    time constant, ``time_knob`` and its value."""
+    cls = PEERS[peer]
+    keys: dict[str, Any] = {"knob": cls.KNOB, cls.KNOB: value}
+    if cls.TIME_KNOB:
+        keys.update({"time_knob": cls.TIME_KNOB, cls.TIME_KNOB: cls.TIME_DEFAULT if time_value is None else time_value})
+    return keys
 
 
 def _reference_controller(name: str, trace: Trace, policy: Policy):
@@ -295,14 +327,19 @@ def _reference_controller(name: str, trace: Trace, policy: Policy):
         return OracleController(trace, policy)
     if name == "oracle_rate":
         return RateOracleController(trace, policy)
-    kind, _, value = name.partition("@")
+    kind, _, setting = name.partition("@")
+    value, _, time_setting = setting.partition(",")
     if kind == "hpa":
         return HpaController(policy, float(value), trace.span_s[0])
     knob = float(value) if value else peer_default(kind, policy)
+    extra: dict[str, Any] = {}
+    if time_setting:  # "scale_down_delay_s=300": the peer's time constant, by its keyword
+        key, _, tv = time_setting.partition("=")
+        extra[key] = float(tv)
     if kind == "dynamo_planner":
-        return DynamoPlannerController(policy, trace, ttft_target_s=knob)
+        return DynamoPlannerController(policy, trace, adjustment_interval_s=knob, **extra)
     factory: Any = PEERS[kind]  # (the other peers take the start time)
-    return factory(policy, trace.span_s[0], knob)
+    return factory(policy, trace.span_s[0], knob, **extra)
 
 
 def applies(name: str, trace: Trace) -> bool:
@@ -406,11 +443,12 @@ def backtest(trace: Trace, factor: float, policy: Policy, *, compare: bool, seed
     return runs
 
 
-# Relative replay cost of each kind of reference (CPU s of one replay of the 14-day trace, alone
-# in one process: KPA ticks every 2 s, Ray Serve every 10 s, HPA and APA every 15 s; Dynamo's
-# planner ticks every 180 s but sizes each tick by 40 bisection steps); only the order matters.
-_COST = {"oracle_rate": 1.5, "kpa": 2.8, "ray_serve": 0.93, "dynamo_planner": 0.87, "apa": 0.71, "hpa": 0.7, "oracle": 0.5,
-         "static": 0.35}
+# Relative replay cost of each kind of reference (CPU s of one replay of the 14-day trace at its
+# defaults, measured one after another in one process on a loaded machine: KPA ticks every 2 s and
+# starts and cancels 5,892 groups, AIBrix's KPA and APA and Ray Serve tick every 10 s, HPA every
+# 15 s, Dynamo's planner every 180 s); only the order matters.
+_COST = {"oracle_rate": 2.0, "kpa": 4.7, "aibrix_kpa": 1.8, "apa": 1.6, "ray_serve": 1.5, "hpa": 1.2, "oracle": 0.7, "static": 0.55,
+         "dynamo_planner": 0.5}
 
 _worker_args: tuple[Trace, Policy, float, int, RequestColumns, float] | None = None
 
@@ -447,8 +485,7 @@ def reference_json(summaries: dict[str, dict[str, Any]], policy: Policy) -> dict
         ref[peer] = {**summaries[peer], "source": PEERS[peer].source}
         points = peer_points(peer, policy, summaries)
         if len(points) > 1:
-            knob = peer_knob(peer)
-            ref[f"{peer}_sweep"] = [{**summaries[name], "knob": knob, knob: v} for v, name in points]
+            ref[f"{peer}_sweep"] = [{**summaries[name], **peer_point_keys(peer, v, tv)} for v, tv, name in points]
     return ref
 
 
@@ -459,8 +496,7 @@ def peers_frontiers(ref: dict[str, Any], policy: Policy) -> dict[str, list[dict[
         if f"{peer}_sweep" in ref:
             out[peer] = ref[f"{peer}_sweep"]
         elif peer in ref:
-            knob = peer_knob(peer)
-            out[peer] = [{**ref[peer], "knob": knob, knob: peer_default(peer, policy)}]
+            out[peer] = [{**ref[peer], **peer_point_keys(peer, peer_default(peer, policy), None)}]
     return out
 
 

@@ -15,7 +15,7 @@ from autoscaler.core.victim import groups_to_start
 from autoscaler.policy.model import Policy
 from autoscaler.sim.engine import GroupLoads, _snapshot_of
 from autoscaler.sim.loadscale import service_times_s
-from autoscaler.sim.peers import FleetReading, drain_victims, fleet_load
+from autoscaler.sim.peers import FleetReading, drain_victims, fleet_load, starts_to_cancel
 from autoscaler.sim.traces import Trace
 
 # Enum members read at every tick, looked up once (an Enum class attribute costs ~60 ns a read).
@@ -97,6 +97,32 @@ class StaticController:
 _DESIRED = itemgetter(1)  # (time, desired) -> desired
 
 
+def hpa_plain_metric_replicas(current: int, ready: int, total: float, missing: int, target: float,
+                              tolerance: float = 0.1) -> int:
+    """Kubernetes' ``calcPlainMetricReplicas`` (``pkg/controller/podautoscaler/replica_calculator.go``)
+    for a pods metric: ``ready`` pods reported ``total`` (their mean against ``target`` is the usage
+    ratio); ``missing`` pods reported nothing (a group still starting). Without missing pods:
+    ceil(ratio x ready), or ``current`` within the tolerance. With them, the ratio is taken again
+    with the missing pods at the target (on a scale-down) or at 0 (on a scale-up), over ready +
+    missing pods; a change of direction or one within the tolerance keeps ``current``. (A pods
+    metric has no "unready" pods: those are a CPU rule.) E.g. 2 ready at 6 and 1 starting, target
+    4.2: ratio 1.43 -> (12 + 0) / 3 / 4.2 = 0.95: within the tolerance -> 3, where current x ratio asks 5."""
+    ratio = total / ready / target
+    if missing == 0:
+        if abs(ratio - 1.0) <= tolerance:
+            return current
+        return math.ceil(ratio * ready)
+    counted = ready + missing
+    new_total = total + (missing * target if ratio < 1.0 else 0.0)
+    new_ratio = new_total / counted / target
+    if abs(new_ratio - 1.0) <= tolerance or (ratio > 1.0 > new_ratio) or (ratio < 1.0 < new_ratio):
+        return current
+    replicas = math.ceil(new_ratio * counted)
+    if (new_ratio < 1.0 and replicas > current) or (new_ratio > 1.0 and replicas < current):
+        return current
+    return replicas
+
+
 class HpaController:
     """Kubernetes HPA v2's algorithm with its defaults, on the same delayed signals.
 
@@ -104,8 +130,15 @@ class HpaController:
     starting; desired = ceil(current x metric / (target x requests per group)), unchanged when
     |metric / (target x requests per group) - 1| <= 0.1; a scale-down applies the highest desired
     of the last 300 s (the window starts filled with the initial count); within floor and ceiling.
-    Drains the least-loaded group the way ours does (core.victim).
+    A scale-down stops groups still starting first (a ReplicaSet deletes a not-ready pod first),
+    then drains the least-loaded ready group the way ours does (core.victim).
+
+    That is docs/interfaces.md's "HPA reference". ``kubernetes=True`` sizes as Kubernetes does
+    (``hpa_plain_metric_replicas``: the starting groups as pods with missing metrics), which
+    differs while a group starts: docs/peers.md has both, measured.
     """
+
+    CANCEL_STARTS = True  # False only to measure what the missing cancel cost (bench/peers_cancel.py)
 
     uses_fleet_signals = False  # reads the groups' load only: the engine skips the request rate and percentiles
 
@@ -113,8 +146,9 @@ class HpaController:
     STABILIZATION_S = 300.0
     TOLERANCE = 0.1
 
-    def __init__(self, policy: Policy, target_utilization: float, start: float):
+    def __init__(self, policy: Policy, target_utilization: float, start: float, kubernetes: bool = False):
         self.policy = policy
+        self.kubernetes = kubernetes
         self.target = target_utilization
         self.period_s = self.SYNC_S
         self.history: deque[tuple[float, int]] = deque([(start, policy.fleet.ceiling_groups)])
@@ -129,9 +163,11 @@ class HpaController:
             return [], []
         ready, starting, total = seen
         current = len(ready) + starting
-        metric = total / len(ready)
-        ratio = metric / self.at_target
-        desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
+        if self.kubernetes:
+            desired = hpa_plain_metric_replicas(current, len(ready), total, starting, self.at_target, self.TOLERANCE)
+        else:
+            ratio = total / len(ready) / self.at_target
+            desired = current if abs(ratio - 1.0) <= self.TOLERANCE else math.ceil(current * ratio)
         desired = min(max(desired, self.floor), self.ceiling)
         self.history.append((now, desired))
         while len(self.history) > 1 and self.history[0][0] <= now - self.STABILIZATION_S:
@@ -141,7 +177,8 @@ class HpaController:
         # The highest desired of the window is at least this tick's: no scale-down unless it is below
         # the current count (most ticks it is not, and the window need not be read).
         if desired < current and (stabilized := max(self.history, key=_DESIRED)[1]) < current:
-            return [], drain_victims(ready, self.order, signals, current - stabilized)
+            cancel = starts_to_cancel(fleet, current - stabilized) if self.CANCEL_STARTS else []
+            return [], cancel + drain_victims(ready, self.order, signals, current - stabilized - len(cancel))
         return [], []
 
     def on_ready(self, name, startup_s):

@@ -9,7 +9,8 @@ Equations (README, "The fleet model"):
   above ``cache_threshold`` of its input (Mooncake blocks) or whose session last ran there (CSV
   session ids) goes to that group, unless that group has ``balance_abs_threshold`` more requests
   than the least-loaded one; everything else goes to the least-loaded serving group;
-- a started group serves after its start-up time; a draining group takes no new requests and
+- a started group serves after its start-up time; a controller that drains a group still starting
+  stops it at once (a cancelled start: its nodes count up to then); a draining group takes no new requests and
   stops when its in-flight (running and queued) requests finish; at the drain timeout the policy's
   ``drain.on_timeout`` stops it (the unfinished requests are cut and count as SLO misses) or keeps it
   serving. A drained group loses its cache.
@@ -209,10 +210,12 @@ class SimResult:
     tick_ready: np.ndarray
     tick_starting: np.ndarray
     tick_draining: np.ndarray
-    events: list[tuple[float, str, str]] = field(default_factory=list)  # (t, group, "start"|"ready"|"drain"|"stop"|"return")
+    # (t, group, "start"|"ready"|"drain"|"cancel"|"stop"|"return"); a cancelled start is "cancel" then "stop"
+    events: list[tuple[float, str, str]] = field(default_factory=list)
     # bool per request: a session-move miss (docs/interfaces.md): missed without queue wait, and would
     # have met the target with the prefix or session cache a drain took out of service
     moved: np.ndarray | None = None
+    starts_cancelled: int = 0  # starting groups stopped before they served (not drains)
 
     def node_hours(self, nodes_per_group: int) -> float:
         return nodes_per_group * sum(e - s for iv in self.group_intervals.values() for s, e in iv) / 3600.0
@@ -364,6 +367,7 @@ class _Replay:
         self.serving = [g for g in self.groups if g.phase is Phase.READY]
         self.events: list[tuple[float, str, str]] = []
         self.scale_ups = self.scale_downs = 0
+        self.starts_cancelled = 0  # starts stopped before the group served (``_cancel_start``)
 
         self.uses_signals = getattr(controller, "uses_signals", True)
         self.track_latency = self.uses_signals and getattr(controller, "uses_fleet_signals", True)
@@ -373,8 +377,10 @@ class _Replay:
         self.period = controller.period_s
         self.next_tick = self.span0
         # The controller at tick T sees the fleet as Prometheus scraped it at T - scrape_interval_s:
-        # one scrape per tick, taken that long before it (the first tick sees the fleet as it is).
-        self.lag = sim_p.scrape_interval_s
+        # one scrape per tick, taken that long before it (the first tick sees the fleet as it is). A
+        # controller that scrapes the groups itself says how old its data is (``scrape_lag_s``: Knative's
+        # KPA, 1 s).
+        self.lag = getattr(controller, "scrape_lag_s", sim_p.scrape_interval_s)
         self.next_scrape = self.span0 + self.period - self.lag
         while self.next_scrape < self.span0:  # scrapes before the trace saw nothing: those ticks see the fleet as it is
             self.next_scrape += self.period
@@ -596,6 +602,11 @@ class _Replay:
         self.next_ready = min((g.ready_at for g in self.groups if g.phase is Phase.STARTING), default=math.inf)
 
     def _drain(self, g: _Group, now: float) -> None:
+        """Take a ready group out of routing; a group still starting is stopped at once instead (a
+        cancelled start, as a ReplicaSet deletes a not-yet-ready pod first): its nodes count up to now."""
+        if g.phase is _STARTING:
+            self._cancel_start(g, now)
+            return
         if g.phase is not Phase.READY:
             return
         g.phase, g.since, g.draining_since = Phase.DRAINING, now, now
@@ -605,6 +616,17 @@ class _Replay:
         self.serving.remove(g)
         self.scale_downs += 1
         self.events.append((now, g.name, "drain"))
+
+    def _cancel_start(self, g: _Group, now: float) -> None:
+        """Stop a starting group before it serves. One that already holds requests (routed to it while
+        no group served) keeps starting: stopping it would cut them."""
+        if g.inflight:
+            return
+        g.ready_at = math.inf
+        self.starts_cancelled += 1
+        self.events.append((now, g.name, "cancel"))
+        self._stop(g, now)
+        self.next_ready = min((x.ready_at for x in self.groups if x.phase is _STARTING), default=math.inf)
 
     def _stop(self, g: _Group, at: float) -> None:
         g.phase, g.since = Phase.OFF, at
@@ -775,6 +797,7 @@ class _Replay:
             tick_starting=rows[:, 3].astype(int),
             tick_draining=rows[:, 4].astype(int),
             events=self.events,
+            starts_cancelled=self.starts_cancelled,
         )
 
 

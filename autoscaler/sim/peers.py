@@ -3,16 +3,19 @@
 Each decides on what the core gets (running + queued per group, one scrape old; Dynamo also the
 requests and tokens its frontend counts) and acts on the fleet the same way: the groups it wants
 beyond ready + starting are started (a draining one first, ``core.victim.groups_to_start``), and
-the ones it wants fewer are drained, least loaded first (``core.victim.choose_victim``), ready
-ones only. A group is a replica (a pod); floor and ceiling are the peer's min and max replicas,
+the ones it wants fewer are stopped: groups still starting first (a cancelled start, as a
+ReplicaSet deletes a not-ready pod first), then ready ones drained, least loaded first
+(``core.victim.choose_victim``). A group is a replica (a pod); floor and ceiling are the peer's min and max replicas,
 so none of them scales to zero here (floor >= 1); start-up is the fleet model's.
 
 - ``KpaController``: Knative Serving's KPA, ``pkg/autoscaler/scaling/autoscaler.go`` (``Scale``)
   and the defaults of ``pkg/autoscaler/config/config.go`` (knative/serving, main as stored,
-  commits 00a4a55c and 01e2d380). AIBrix's default KPA is a port of the same code.
-- ``ApaController``: AIBrix's APA, ``pkg/controller/podautoscaler/algorithm/apa.go``
-  (``computeTargetReplicas``, commit 4148b7a1) with the defaults of
-  ``pkg/controller/podautoscaler/context/context.go`` (``NewBaseScalingContext``, commit 2576b186).
+  commits 00a4a55c and 01e2d380).
+- ``ApaController`` and ``AibrixKpaController``: AIBrix's APA and KPA (vllm-project/aibrix,
+  ``pkg/controller/podautoscaler``: ``algorithm/apa.go``, ``algorithm/kpa.go``, the stable and panic
+  windows of ``metrics/client.go``, the pending-replica guard of ``autoscaler.go``, the 10 s resync
+  and the cooldown of ``podautoscaler_controller.go``; commit 015a2e5f, apa.go 4148b7a1). AIBrix's
+  KPA is not Knative's: it decides panic on panic / stable > 2 afresh at each reconcile.
 - ``RayServeController``: Ray Serve's default policy, ``python/ray/serve/autoscaling_policy.py``
   (``replica_queue_length_autoscaling_policy`` wrapped by ``_apply_autoscaling_config``:
   scaling factors, bounds, delays; commit 00590c45) with ``AutoscalingConfig``'s defaults of
@@ -20,10 +23,11 @@ so none of them scales to zero here (floor >= 1); start-up is the fleet model's.
   ``look_back_period_s`` 30, ``metrics_interval_s`` 10, smoothing factors 1).
 - ``DynamoPlannerController``: NVIDIA Dynamo's SLA planner,
   ``components/planner/src/dynamo/planner/utils/planner_core.py`` (``observe_metrics``,
-  ``predict_load``, ``_compute_replica_requirements``; commit 07619258), ``load_predictor.py``
-  (commit 62e1328d) and ``defaults.py`` (``SLAPlannerDefaults``, commit 00c13f8d).
+  ``predict_load``), the prefill and decode planners' ``_compute_replica_requirements``
+  (throughput-based sizing), ``load_predictor.py`` (commit 62e1328d) and ``defaults.py``
+  (``SLAPlannerDefaults``, commit 00c13f8d).
 
-The decision functions (``kpa_scale``, ``apa_target_replicas``, ``ray_*``) keep the names and the
+The decision functions (``kpa_scale``, ``apa_target_replicas``, ``aibrix_kpa_target_replicas``, ``ray_*``) keep the names and the
 arithmetic of the source, so that its unit tests' numbers can be replayed (tests/test_peers.py).
 """
 
@@ -106,6 +110,19 @@ def fleet_load(signals: SignalSnapshot | GroupLoads, fleet: FleetState,
     return ready, starting, total
 
 
+def starts_to_cancel(fleet: FleetState, count: int) -> list[str]:
+    """Up to ``count`` starting groups to stop, the latest started first: a ReplicaSet scaling down
+    deletes not-ready pods before ready ones, and of those the newest first
+    (kubernetes ``pkg/controller/controller_utils.go``, ``ActivePods.Less``); Ray Serve's
+    ``DeploymentState._scale_deployment_replicas`` pops STARTING replicas before RUNNING ones
+    (``python/ray/serve/_private/deployment_state.py``)."""
+    if count <= 0:
+        return []
+    starting = [g for g in fleet.groups.values() if g.phase == _STARTING]
+    starting.sort(key=lambda g: -g.since)
+    return [g.name for g in starting[:count]]
+
+
 def drain_victims(ready: list, order: dict[str, int], signals: SignalSnapshot | GroupLoads,
                   count: int) -> list[str]:
     """Up to ``count`` ready groups to drain, least loaded first (core.victim), never the last."""
@@ -134,6 +151,11 @@ class _Peer:
     KNOB = ""  # the main knob a sweep varies, its documented default and the swept values
     DEFAULT = 0.0
     SWEEP: tuple[float, ...] = ()
+    # The time constant swept beside it (a keyword of the constructor; "" for none): the grid is
+    # every KNOB value x every TIME_SWEEP value, TIME_DEFAULT among them.
+    TIME_KNOB = ""
+    TIME_DEFAULT = 0.0
+    TIME_SWEEP: tuple[float, ...] = ()
 
     def __init__(self, policy: Policy, period_s: float):
         self.policy = policy
@@ -142,14 +164,23 @@ class _Peer:
         self.order = {n: i for i, n in enumerate(policy.fleet.group_names())}
         self.reading = FleetReading()
 
+    # Whether a scale-down stops starting groups first (the replay's default, as Kubernetes and Ray do);
+    # False only to measure what the missing cancel cost (bench/peers_cancel.py).
+    CANCEL_STARTS = True
+
     def act(self, desired: int, ready: list, starting: int, signals: SignalSnapshot | GroupLoads,
             fleet: FleetState) -> tuple[list[str], list[str]]:
+        """The groups to start and to stop for ``desired`` replicas (within floor and ceiling): starts
+        as ours (a draining group first); fewer: the starting groups first (a cancelled start,
+        ``starts_to_cancel``), then the least-loaded ready ones. E.g. 2 ready + 1 starting, desired 2:
+        the starting group stops, both ready ones keep serving."""
         desired = min(max(desired, self.floor), self.ceiling)
         current = len(ready) + starting
         if desired > current:
             return groups_to_start(fleet, desired - current), []
         if desired < current:
-            return [], drain_victims(ready, self.order, signals, current - desired)
+            cancel = starts_to_cancel(fleet, current - desired) if self.CANCEL_STARTS else []
+            return [], cancel + drain_victims(ready, self.order, signals, current - desired - len(cancel))
         return [], []
 
     def on_ready(self, name: str, startup_s: float) -> None:
@@ -248,7 +279,8 @@ def kpa_scale(spec: KpaSpec, state: KpaState, now: float, ready_count: int, stab
         window.append((now, desired))
         while window[0][0] <= now - spec.scale_down_delay_s:
             window.popleft()
-        desired = max(d for _, d in window)
+        if spec.reachable:  # an unreachable revision's scale-down is not delayed (ScaleDownDelayNotReachable)
+            desired = max(d for _, d in window)
     return desired
 
 
@@ -265,11 +297,18 @@ class KpaController(_Peer):
     KNOB = "target_utilization"
     DEFAULT = 0.7
     SWEEP = (0.5, 0.6, 0.7, 0.8, 0.9)
+    TIME_KNOB = "scale_down_delay_s"  # config.go scale-down-delay, 0 by default
+    TIME_DEFAULT = 0.0
+    TIME_SWEEP = (0.0, 300.0, 900.0)
     TICK_S = 2.0
+    # Knative's collector scrapes every pod each second (pkg/autoscaler/metrics/collector.go,
+    # scrapeTickInterval): a tick sees data 1 s old, not the replay's Prometheus scrape (15 s).
+    SCRAPE_LAG_S = 1.0
 
     def __init__(self, policy: Policy, start: float, target_utilization: float = DEFAULT,
-                 scale_down_delay_s: float = 0.0):
+                 scale_down_delay_s: float = 0.0, scrape_lag_s: float = SCRAPE_LAG_S):
         super().__init__(policy, self.TICK_S)
+        self.scrape_lag_s = scrape_lag_s  # the replay's scrape age for this controller (engine._Replay)
         self.spec = KpaSpec(target_value=target_utilization * policy.fleet.requests_per_group,
                             scale_down_delay_s=scale_down_delay_s)
         self.state = kpa_new_state(policy.fleet.ceiling_groups, start)  # every schedule starts at the ceiling
@@ -317,13 +356,13 @@ class KpaController(_Peer):
         return self.act(desired, ready, starting, signals, fleet)
 
 
-# --------------------------------------------------------------------------- AIBrix APA
+# --------------------------------------------------------------------------- AIBrix APA and KPA
 def apa_target_replicas(current_pods: float, expected_use: float, current_use_per_pod: float,
                         up_tolerance: float = 0.1, down_tolerance: float = 0.1, max_scale_up_rate: float = 2.0,
                         max_scale_down_rate: float = 2.0) -> int:
-    """AIBrix's ``computeTargetReplicas``: outside the fluctuation band, ceil(pods x use / expected),
-    within the scale rates. E.g. (AIBrix's ``basic_scale_up``) 2 pods at 45 against 30:
-    45 / 30 = 1.5 > 1.1, ceil(2 x 1.5) = 3 <= ceil(2 x 2) = 4 -> 3."""
+    """AIBrix's ``computeTargetReplicas`` (``algorithm/apa.go``): outside the fluctuation band,
+    ceil(pods x use / expected), within the scale rates. E.g. (AIBrix's ``basic_scale_up``) 2 pods at
+    45 against 30: 45 / 30 = 1.5 > 1.1, ceil(2 x 1.5) = 3 <= ceil(2 x 2) = 4 -> 3."""
     ratio = current_use_per_pod / expected_use
     if ratio > 1 + up_tolerance:
         max_up = math.ceil(max_scale_up_rate * current_pods)
@@ -334,51 +373,177 @@ def apa_target_replicas(current_pods: float, expected_use: float, current_use_pe
     return int(current_pods)
 
 
-class ApaController(_Peer):
-    """AIBrix APA on the fleet, every 15 s (the sync period is not in the files read: taken as
-    HPA's, AIBrix's other algorithm): current use per pod = running + queued over the ready groups
-    (APA "uses the current value directly"), expected use = ``target_utilization`` x
-    ``requests_per_group`` (AIBrix has no default target: the PodAutoscaler spec must give one; the
-    same 70% as KPA's default is used); tolerances 0.1 / 0.1, scale rates 2 / 2, scale-up cooldown
-    0, scale-down cooldown 300 s applied as a stabilisation window (a scale-down goes to the
-    highest recommendation of the last 300 s). Pods counted: ready + starting (the replicas)."""
+def aibrix_kpa_target_replicas(current_pods: float, stable: float, panic: float, target: float,
+                               max_scale_up_rate: float = 2.0, max_scale_down_rate: float = 2.0,
+                               in_panic: bool = False, max_panic_pods: int = 0, activation_scale: int = 1) -> int:
+    """AIBrix's KPA ``computeTargetReplicas`` (``algorithm/kpa.go``): Knative's arithmetic on the
+    replicas (ready + pending), with AIBrix's rates (2 / 2) and no panic memory of its own (its
+    scaling context is built afresh each reconcile: ``maxPanicPods`` reads 0, so a panic takes the
+    larger of the stable and panic counts and never holds). E.g. (AIBrix's ``max_scale_down_rate_limit``)
+    4 pods, stable 5 against 10: ceil(0.5) = 1, but floor(4 / 2) = 2 -> 2."""
+    pods = max(0.0, current_pods)
+    max_up = max(1.0, math.ceil(max_scale_up_rate * pods))
+    max_down = math.floor(pods / max_scale_down_rate)
+    dspc, dppc = math.ceil(stable / target), math.ceil(panic / target)
+    desired_stable = int(min(max(dspc, max_down), max_up))
+    desired_panic = int(min(max(dppc, max_down), max_up))
+    if activation_scale > 1:  # only from zero upward, where activated (desired > 0)
+        if activation_scale > desired_stable > 0:
+            desired_stable = activation_scale
+        if activation_scale > desired_panic > 0:
+            desired_panic = activation_scale
+    desired = desired_stable
+    if in_panic:  # no scale-down in panic mode, against the panic pods remembered (none here: see above)
+        desired = max(desired, desired_panic)
+        desired = max(desired, max_panic_pods)
+    return desired
 
-    name = "apa"
-    source = ("vllm-project/aibrix pkg/controller/podautoscaler/algorithm/apa.go (computeTargetReplicas, "
-              "commit 4148b7a1) and pkg/controller/podautoscaler/context/context.go (NewBaseScalingContext, "
-              "commit 2576b186)")
+
+def aibrix_pending_guard(strategy: str, desired: int, current: int, ready: int, metric: float, target: float) -> int:
+    """AIBrix's ``applyPendingReplicaGuard`` (``podautoscaler/autoscaler.go``): with replicas still
+    pending (current - ready > 0), a scale-up counts them as missing metrics (0) and a scale-down as
+    at the target, like Kubernetes' HPA; the result lies between the current count and the
+    algorithm's. ``metric`` is the per-pod value the algorithm read. E.g. APA, 2 ready + 1 pending
+    at 6 a pod against 4.2, algorithm 5: ceil(3 x (6 x 2 / 3) / 4.2) = ceil(2.86) = 3 -> hold at 3."""
+    pending = current - min(max(ready, 0), current)
+    if pending <= 0 or desired == current or current <= 0 or target <= 0:
+        return desired
+    if desired > current:
+        adjusted = metric * ready / current
+        guarded = (math.ceil(current * adjusted / target) if strategy == "apa"
+                   else math.ceil(adjusted / target))  # (KPA's branch, as written upstream)
+        return min(max(guarded, current), desired)
+    adjusted = (metric * ready + target * pending) / current
+    guarded = (math.ceil(current * adjusted / target) if strategy == "apa"
+               else math.ceil((metric * ready + target * pending) / target))
+    return max(min(guarded, current), desired)
+
+
+class AibrixCooldown:
+    """``PodAutoscalerReconciler.stabilizeRecommendation`` (``podautoscaler_controller.go``): the
+    recommendations of the longest cooldown window are kept; a scale-up takes the highest of the
+    scale-up window (0 s by default: the recommendation itself), a scale-down the **lowest** of the
+    scale-down window (300 s), so it never delays a scale-down (Kubernetes' HPA takes the highest)."""
+
+    __slots__ = ("up_s", "down_s", "history")
+
+    def __init__(self, up_s: float = 0.0, down_s: float = 300.0):
+        self.up_s, self.down_s = up_s, down_s
+        self.history: deque[tuple[float, int]] = deque()
+
+    def stabilize(self, now: float, recommendation: int, current: int) -> int:
+        history = self.history
+        history.append((now, recommendation))
+        oldest = now - max(self.up_s, self.down_s)
+        while history[0][0] <= oldest:  # (cleanOldRecommendations: after the cutoff only)
+            history.popleft()
+        if recommendation == current:
+            return current
+        cutoff = now - (self.up_s if recommendation > current else self.down_s)
+        inside = [r for t, r in history if t > cutoff]
+        if not inside:  # (a 0 s window holds nothing: the recommendation itself)
+            return recommendation
+        return max(inside) if recommendation > current else min(inside)
+
+
+class _AibrixPeer(_Peer):
+    """What AIBrix's two custom strategies share (``reconcileCustomPA``): a reconcile every 10 s
+    (``DefaultResyncInterval``); the per-pod metric averaged over the ready pods at each scrape and
+    kept in a stable window (180 s, ``DefaultStableWindowDuration``; the KPA also a 60 s panic
+    window); current replicas = ready + starting (the scale subresource); the algorithm, the
+    pending-replica guard, the cooldown (``AibrixCooldown``), then min and max replicas."""
+
     KNOB = "target_utilization"
     DEFAULT = 0.7
     SWEEP = (0.5, 0.6, 0.7, 0.8, 0.9)
-    SYNC_S = 15.0
+    TIME_KNOB = "stable_window_s"  # PodAutoscaler spec observeWindowSeconds, 180 s by default
+    TIME_DEFAULT = 180.0
+    TIME_SWEEP = (60.0, 180.0, 600.0)
+    RESYNC_S = 10.0
+    STABLE_WINDOW_S = 180.0
     SCALE_DOWN_COOLDOWN_S = 300.0
+    strategy = ""
 
-    def __init__(self, policy: Policy, start: float, target_utilization: float = DEFAULT):
-        super().__init__(policy, self.SYNC_S)
-        self.expected = target_utilization * policy.fleet.requests_per_group
-        # The recommendations of the last 300 s that are the highest of all those after them (a
-        # monotonic deque, highest first): its first is the window's highest, read in one step where
-        # the whole window (20 recommendations) was scanned at each scale-down tick.
-        self.highest: deque[tuple[float, int]] = deque([(start, policy.fleet.ceiling_groups)])
+    def __init__(self, policy: Policy, start: float, target_utilization: float, stable_window_s: float,
+                 scale_down_cooldown_s: float):
+        super().__init__(policy, self.RESYNC_S)
+        self.target = target_utilization * policy.fleet.requests_per_group
+        self.stable = _Window(stable_window_s)
+        self.cooldown = AibrixCooldown(0.0, scale_down_cooldown_s)
+
+    def recommend(self, now: float, total: float, ready: int, current: int) -> tuple[int, float]:
+        """-> (the algorithm's replicas, the per-pod metric it read)."""
+        raise NotImplementedError
 
     def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
         seen = fleet_load(signals, fleet, self.reading)
-        if seen is None:
+        if seen is None:  # no ready pod reported: the metric fails, no scaling (as upstream)
             return [], []
         ready, starting, total = seen
         current = len(ready) + starting
-        desired = apa_target_replicas(float(current), self.expected, total / len(ready))
-        desired = min(max(desired, self.floor), self.ceiling)
-        highest = self.highest
-        while highest and highest[-1][1] <= desired:  # never the highest again while this one is in
-            highest.pop()
-        highest.append((now, desired))
-        oldest = now - self.SCALE_DOWN_COOLDOWN_S
-        while highest[0][0] <= oldest:  # (this tick's own stays: now > oldest)
-            highest.popleft()
-        if desired < current:
-            desired = min(current, highest[0][1])
+        desired, metric = self.recommend(now, total, len(ready), current)
+        desired = min(max(desired, self.floor), self.ceiling)  # (applyConstraints)
+        desired = aibrix_pending_guard(self.strategy, desired, current, len(ready), metric, self.target)
+        desired = self.cooldown.stabilize(now, desired, current)
         return self.act(desired, ready, starting, signals, fleet)
+
+
+class ApaController(_AibrixPeer):
+    """AIBrix APA on the fleet (see ``_AibrixPeer``): use per pod = the stable window's mean of the
+    ready groups' mean running + queued (``GetMetricValue``: the stable window, 180 s);
+    expected use = ``target_utilization`` x ``requests_per_group`` (AIBrix has no default target:
+    the PodAutoscaler spec must give one; the same 70% as Knative's default); tolerances 0.1 / 0.1,
+    scale rates 2 / 2 (``NewBaseScalingContext``)."""
+
+    name = "apa"
+    source = ("vllm-project/aibrix pkg/controller/podautoscaler/algorithm/apa.go (computeTargetReplicas, "
+              "commit 4148b7a1), context/context.go (NewBaseScalingContext), metrics/client.go (GetMetricValue: "
+              "the stable window, 180 s), autoscaler.go (applyPendingReplicaGuard) and podautoscaler_controller.go "
+              "(DefaultResyncInterval 10 s, stabilizeRecommendation), commit 015a2e5f")
+    strategy = "apa"
+
+    def __init__(self, policy: Policy, start: float, target_utilization: float = _AibrixPeer.DEFAULT,
+                 stable_window_s: float = _AibrixPeer.STABLE_WINDOW_S,
+                 scale_down_cooldown_s: float = _AibrixPeer.SCALE_DOWN_COOLDOWN_S):
+        super().__init__(policy, start, target_utilization, stable_window_s, scale_down_cooldown_s)
+
+    def recommend(self, now: float, total: float, ready: int, current: int) -> tuple[int, float]:
+        self.stable.add(now, total / ready)  # (UpdateMetrics: the mean over the pods reporting)
+        use = self.stable.mean()
+        return apa_target_replicas(float(current), self.target, use), use
+
+
+class AibrixKpaController(_AibrixPeer):
+    """AIBrix's KPA (``algorithm/kpa.go``), its own port (not Knative's: see
+    ``aibrix_kpa_target_replicas``): stable = the mean over 180 s, panic = over 60 s
+    (``DefaultPanicWindowDuration``); panic mode when panic / stable > 2 (or stable <= 0:
+    ``shouldEnterPanicMode``), re-decided at every reconcile (no 60 s panic hold); the rates 2 / 2.
+    Mapping: upstream records the mean over the pods (``UpdateMetrics``) and divides it by the
+    per-pod target as a pod count; the port reads the total over the ready pods, as AIBrix's own
+    ``kpa_test.go`` vectors and Knative do (the literal reading sizes the fleet for one pod's load)."""
+
+    name = "aibrix_kpa"
+    source = ("vllm-project/aibrix pkg/controller/podautoscaler/algorithm/kpa.go (ComputeRecommendation, "
+              "shouldEnterPanicMode, computeTargetReplicas), metrics/client.go (windows 180 s / 60 s), "
+              "autoscaler.go (applyPendingReplicaGuard), podautoscaler_controller.go (resync 10 s, "
+              "stabilizeRecommendation), commit 015a2e5f")
+    PANIC_WINDOW_S = 60.0
+    PANIC_THRESHOLD = 2.0
+    strategy = "kpa"
+
+    def __init__(self, policy: Policy, start: float, target_utilization: float = _AibrixPeer.DEFAULT,
+                 stable_window_s: float = _AibrixPeer.STABLE_WINDOW_S,
+                 scale_down_cooldown_s: float = _AibrixPeer.SCALE_DOWN_COOLDOWN_S):
+        super().__init__(policy, start, target_utilization, stable_window_s, scale_down_cooldown_s)
+        self.panic = _Window(min(self.PANIC_WINDOW_S, stable_window_s))
+
+    def recommend(self, now: float, total: float, ready: int, current: int) -> tuple[int, float]:
+        self.stable.add(now, total)
+        self.panic.add(now, total)
+        stable, panic = self.stable.mean(), self.panic.mean()
+        in_panic = stable <= 0 or panic / stable > self.PANIC_THRESHOLD
+        desired = aibrix_kpa_target_replicas(float(current), stable, panic, self.target, in_panic=in_panic)
+        return desired, (panic if in_panic else stable) / ready  # (the guard reads the per-pod value)
 
 
 # --------------------------------------------------------------------------- Ray Serve
@@ -445,6 +610,9 @@ class RayServeController(_Peer):
     KNOB = "target_ongoing_requests"
     DEFAULT = 2.0
     SWEEP = (1.0, 2.0, 3.0, 4.0, 5.0)
+    TIME_KNOB = "downscale_delay_s"
+    TIME_DEFAULT = 600.0
+    TIME_SWEEP = (300.0, 600.0, 1200.0, 1800.0)
     METRICS_INTERVAL_S = 10.0
     LOOK_BACK_S = 30.0
 
@@ -507,69 +675,58 @@ class MovingAveragePredictor(ConstantPredictor):
 PREDICTORS = {"constant": ConstantPredictor, "moving_average": MovingAveragePredictor}
 
 
-def erlang_c_wait_tail(servers: int, arrival_rate: float, service_s: float, wait_s: float) -> float:
-    """P(wait > wait_s) in an M/M/c queue (Erlang C): C(c, a) x exp(-(c/S - lambda) x wait)."""
-    mu = 1.0 / service_s
-    a = arrival_rate / mu
-    if a >= servers:
-        return 1.0
-    term, total = 1.0, 1.0  # sum of a^k / k! for k < c, built term by term
-    for k in range(1, servers):
-        term *= a / k
-        total += term
-    last = term * a / servers / (1.0 - a / servers)  # a^c / c! / (1 - rho)
-    c_prob = last / (total + last)
-    return c_prob * math.exp(-(servers * mu - arrival_rate) * max(0.0, wait_s))
+def dynamo_replica_requirements(num_req: float, isl: float, osl: float, interval_s: float,
+                                prefill_thpt_per_gpu: float, decode_thpt_per_gpu: float, prefill_gpus: int = 1,
+                                decode_gpus: int = 1, min_endpoint: int = 1,
+                                p_correction: float = 1.0) -> tuple[int, int]:
+    """Dynamo's ``_compute_replica_requirements`` (prefill and decode planners): the predicted token
+    throughput over the profiled throughput per GPU, per engine's GPUs, at least ``min_endpoint``.
+    prefill = ceil(num_req x isl / interval x min(1, correction) / thpt / gpus); decode =
+    ceil(num_req x osl / interval / thpt / gpus); a profile with no throughput at the SLA (0) falls
+    back to ``min_endpoint``. E.g. (Dynamo's high-load case) 500 requests of 3,000 / 150 tokens in
+    60 s at 40,000 and 1,000 tokens/s: prefill ceil(0.625) = 1, decode ceil(1.25) = 2."""
+    def need(tokens_per_s: float, thpt: float, gpus: int) -> int:
+        if thpt <= 0:
+            return min_endpoint
+        return max(math.ceil(tokens_per_s / thpt / gpus), min_endpoint)
 
-
-def sla_throughput_per_group(slots: int, service_s: float, prefill_s: float, ttft_s: float, quantile: float) -> float:
-    """Requests/s one group takes while the TTFT target holds at ``quantile``: the fleet model's
-    stand-in for Dynamo's profiled throughput at the SLA (``interpolate_thpt_per_gpu``). The wait
-    may use ttft - prefill; an M/M/c queue of ``slots`` servers with the mean service time; the
-    largest arrival rate whose P(wait > budget) <= 1 - quantile, by bisection. 0 when the prefill
-    alone misses the target."""
-    budget = ttft_s - prefill_s
-    if budget <= 0 or service_s <= 0:
-        return 0.0
-    lo, hi = 0.0, slots / service_s
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if erlang_c_wait_tail(slots, mid, service_s, budget) <= 1.0 - quantile:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    prefill = need(num_req * isl / interval_s * min(1.0, p_correction), prefill_thpt_per_gpu, prefill_gpus)
+    decode = need(num_req * osl / interval_s, decode_thpt_per_gpu, decode_gpus)
+    return prefill, decode
 
 
 class DynamoPlannerController(_Peer):
     """Dynamo's SLA planner on the fleet, every ``adjustment_interval`` (180 s): observe the last
     interval's request count and mean input and output lengths (as its frontend's counters give
-    them, one scrape old), add them to the predictors, predict the next interval, and size the
-    fleet for the TTFT target: replicas = ceil(predicted requests / interval / throughput per
-    replica at the SLA), at least ``min_endpoint`` (the floor), at most the GPU budget (the
-    ceiling). A group serves prefill and decode together (aggregated: Dynamo sizes prefill and
-    decode workers apart), so its throughput at the SLA comes from the fleet model
-    (``sla_throughput_per_group``); the decode (ITL) bound does not bind here (the model's decode
-    speed does not depend on the batch). No correction factor (as Dynamo's dry run). Dynamo's
-    default predictor, ARIMA (pmdarima), is not ported; ``constant`` is the default here."""
+    them, one scrape old), add them to the predictors, predict the next interval, and size by
+    throughput (``dynamo_replica_requirements``) against the profile of one group, as Dynamo's
+    profiler would measure it on the fleet model: prefill = the ISL over the TTFT of one request
+    alone (the model's prefill speed, 2,500 tokens/s; 0 when that TTFT misses the target), decode =
+    the best throughput whose inter-token latency meets Dynamo's ITL target (0.05 s): every
+    slot decoding at the decode speed (6 x 20 = 120 tokens/s; the model's ITL is 1 / 20 = 0.05 s at
+    any batch). A group serves prefill and decode together (aggregated): replicas = the larger of
+    the two, at least ``min_endpoint`` (the floor), at most the GPU budget (the ceiling). No
+    correction factor (as Dynamo's dry run). The TTFT target is the policy's (Dynamo's sample
+    default is 0.5 s). Dynamo's default predictor, ARIMA (pmdarima's ``auto_arima`` refitted every
+    interval), is not ported: ``constant`` is the default here (docs/peers.md names the gap)."""
 
     name = "dynamo_planner"
-    source = ("ai-dynamo/dynamo components/planner/src/dynamo/planner/utils/planner_core.py "
-              "(_compute_replica_requirements, commit 07619258), utils/load_predictor.py (62e1328d), "
-              "defaults.py SLAPlannerDefaults (00c13f8d)")
-    KNOB = "ttft_target_s"
-    SWEEP_X = (0.5, 1.0, 1.5, 2.0, 3.0)  # x the policy's TTFT target
-    ADJUSTMENT_INTERVAL_S = 180.0
+    source = ("ai-dynamo/dynamo components/planner/src/dynamo/planner/utils/planner_core.py, prefill_planner.py, "
+              "decode_planner.py (_compute_replica_requirements), utils/load_predictor.py (62e1328d), "
+              "defaults.py SLAPlannerDefaults (00c13f8d); vectors of tests/planner/test_replica_calculation.py")
+    KNOB = "adjustment_interval_s"
+    DEFAULT = 180.0
+    SWEEP = (60.0, 120.0, 180.0, 300.0, 600.0)
+    ITL_TARGET_S = 0.05  # SLAPlannerDefaults.itl
 
-    def __init__(self, policy: Policy, trace: Trace, ttft_target_s: float | None = None,
-                 predictor: str = "constant", window_size: int = 50,
-                 adjustment_interval_s: float = ADJUSTMENT_INTERVAL_S):
+    def __init__(self, policy: Policy, trace: Trace, adjustment_interval_s: float = DEFAULT,
+                 predictor: str = "constant", window_size: int = 50, ttft_target_s: float | None = None):
         super().__init__(policy, adjustment_interval_s)
         sim = policy.simulation
         self.ttft = policy.slo.ttft_target_s if ttft_target_s is None else ttft_target_s
-        self.quantile = policy.slo.ttft_percentile / 100.0
-        self.slots = policy.fleet.requests_per_group
         self.prefill, self.decode = sim.prefill_tokens_per_s, sim.decode_tokens_per_s
+        itl = 1.0 / self.decode
+        self.decode_thpt = policy.fleet.requests_per_group * self.decode if itl <= self.ITL_TARGET_S else 0.0
         self.lag = sim.scrape_interval_s
         self.t = trace.t_s
         zero = np.zeros(1)
@@ -589,15 +746,11 @@ class DynamoPlannerController(_Peer):
         return float(n), (self.cum_in[i1] - self.cum_in[i0]) / n, (self.cum_out[i1] - self.cum_out[i0]) / n
 
     def replicas(self, num_req: float, isl: float, osl: float) -> int:
-        """``_compute_replica_requirements`` for an aggregated group (see the class docstring)."""
-        if num_req <= 0:
-            return self.floor
-        prefill_s = isl / self.prefill
-        capacity = sla_throughput_per_group(self.slots, prefill_s + osl / self.decode, prefill_s, self.ttft,
-                                            self.quantile)
-        if capacity <= 0:
-            return self.ceiling
-        return max(self.floor, math.ceil(num_req / self.interval / capacity))
+        """The groups for the predicted interval: the larger of Dynamo's prefill and decode counts."""
+        prefill_thpt = self.prefill if isl / self.prefill <= self.ttft else 0.0
+        p, d = dynamo_replica_requirements(num_req, isl, osl, self.interval, prefill_thpt, self.decode_thpt,
+                                           min_endpoint=self.floor)
+        return max(p, d)
 
     def tick(self, now: float, signals: SignalSnapshot | GroupLoads, fleet: FleetState):
         num_req, isl, osl = self.observe(now)
@@ -611,4 +764,5 @@ class DynamoPlannerController(_Peer):
         return self.act(desired, ready, starting, signals, fleet)
 
 
-PEERS = {c.name: c for c in (KpaController, ApaController, RayServeController, DynamoPlannerController)}
+PEERS = {c.name: c for c in (KpaController, ApaController, AibrixKpaController, RayServeController,
+                             DynamoPlannerController)}
