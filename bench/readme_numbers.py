@@ -34,7 +34,8 @@ SHORT = {"azure-2023-conv": "azure-conv (1 h)", "mooncake-fast25-conversation": 
          "servegen-m-small": "m-small (14 d)", "servegen-m-mid": "m-mid (14 d)", "servegen-mm-image": "mm-image (1 d)"}
 # Columns of the peers' table, in the order `simulate --compare` prints them.
 CONTROLLERS = (("ours", None), ("always-on", "static"), ("HPA at 0.7", "hpa"), ("Knative KPA", "kpa"),
-               ("AIBrix APA", "apa"), ("Ray Serve", "ray_serve"), ("Dynamo planner", "dynamo_planner"),
+               ("AIBrix APA", "apa"), ("AIBrix KPA", "aibrix_kpa"), ("Ray Serve", "ray_serve"),
+               ("Dynamo planner", "dynamo_planner"),
                ("rate oracle", "oracle_rate"), ("oracle", "oracle"))
 
 
