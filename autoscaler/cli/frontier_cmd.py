@@ -113,7 +113,7 @@ def print_frontier(out: dict[str, Any], head: list[str], rows: list[list[str]]) 
     p0 = out["points"][0]
     print(f"frontier of slo.{BUDGET_KEY}: {len(out['points'])} budgets on a {t['format']} trace "
           f"({p0['requests']:,} requests scored from {out['scored_from']}, load scale x{p0['load_scale']:.6g}); "
-          f"money at the policy's prices, variable cost only (docs/backtest.md#what-a-budget-is-worth)")
+          f"money at the policy's prices, variable cost only (docs/backtest.md#choosing-a-budget-the-frontier)")
     widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
     for r in [head, *rows]:
         print("  ".join(c.ljust(widths[i]) if i < 2 or i == len(head) - 1 else c.rjust(widths[i])
