@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from autoscaler.cli.common import print_json
@@ -61,14 +62,20 @@ def run_frontier(args: argparse.Namespace, loaded: LoadedPolicy, variants: dict[
     rows = table_rows(out, policy)
     head = header(policy.cost.currency)
     if args.plot:
-        title = (f"What each SLO budget buys: {info['format']} trace x{factor:.4g}, "
-                 f"{len(points)} budgets beside {len(references)} reference replays")
+        title = plot_title(args, info, loaded.path)
         write_frontier_plot(args.plot, out, title, rows, head)
     if args.json:
         print_json(out)
     else:
         print_frontier(out, head, rows)
     return 0
+
+
+def plot_title(args: argparse.Namespace, info: dict[str, Any], policy_path: str) -> str:
+    """'What each SLO budget buys: servegen-m-small (servegen), policy default.yaml'."""
+    where = (f"Prometheus history {info['from']} to {info['to']}" if args.from_prometheus
+             else f"{Path(args.trace).name} ({info['format']})")
+    return f"What each SLO budget buys: {where}, policy {Path(policy_path).name}"
 
 
 def table_rows(out: dict[str, Any], policy: Policy) -> list[list[str]]:

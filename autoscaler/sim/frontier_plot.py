@@ -19,7 +19,7 @@ from typing import Any
 from autoscaler.charts import nice_step, tick_label
 from autoscaler.errors import BadInput
 from autoscaler.ledger.html_template import PAGE
-from autoscaler.sim.backtest import HPA_TARGETS, PEER_NAMES, peer_knob
+from autoscaler.sim.backtest import PEER_NAMES, peer_knob
 from autoscaler.sim.frontier import BUDGET_KEY, SLO_BAR_PP, budget_text
 
 OURS = "#1f5fa8"
@@ -51,24 +51,26 @@ def curves(fr: dict[str, Any]) -> list[dict[str, Any]]:
     for i, (name, pts) in enumerate(others):
         out.append({"name": NAMES.get(name, name), "color": COLORS[i % len(COLORS)], "ours": False,
                     "points": [xy(p, label) for p, label in pts]})
-    singles = [("always-on", ref["static"]), ("oracle", ref["oracle"])]
+    singles = [("always-on (0, 0)", ref["static"]), ("oracle", ref["oracle"])]
     if ref.get("oracle_rate"):
         singles.append(("rate oracle", ref["oracle_rate"]))
     for name, p in singles:
         out.append({"name": name, "color": "#444", "ours": False, "single": True, "points": [xy(p, "")]})
-    assert len(HPA_TARGETS) == len(ref["hpa_sweep"])
     return out
 
 
 def svg_frontier(fr: dict[str, Any], title: str, show_title: bool = True) -> str:
-    w, h, ml, mr, mt, mb = 900, 470, 60, 24, 74, 62
+    w, h, ml, mr, mt, mb = 900, 480, 60, 24, 74, 72
     pw, ph = w - ml - mr, h - mt - mb
     lines = curves(fr)
     ours_x = [x for x, _, _ in lines[0]["points"]]
     # The x axis: from the best SLO (0 or below) to a round value past ours and the bar (x 1.25).
     reach = max([*ours_x, 2 * SLO_BAR_PP]) * 1.25
     x_step = nice_step(reach - min(0.0, *ours_x), 5)
-    x_lo = x_step * _floor(min([0.0, *(x for c in lines for x, _, _ in c["points"])]) / x_step)
+    # Left: 0, or a step further when some point beats always-on's SLO by more than a tenth of a step
+    # (the oracle's -0.001 pp is drawn on the axis, not given a whole empty step).
+    best = min([0.0, *(x for c in lines for x, _, _ in c["points"])])
+    x_lo = 0.0 if best > -0.1 * x_step else x_step * _floor(best / x_step)
     x_hi = x_step * _ceil(reach / x_step)
     shown = [(c, p) for c in lines for p in c["points"] if p[0] <= x_hi + 1e-9]
     ys = [y for _, (_, y, _) in shown] + [0.0]
@@ -131,7 +133,8 @@ def svg_frontier(fr: dict[str, Any], title: str, show_title: bool = True) -> str
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in ordered)
             parts.append(f'<polyline fill="none" stroke="{c["color"]}" stroke-width="{3 if c["ours"] else 1.5}" '
                          f'points="{path}"/>')
-        labels = _point_labels(pts) if c["ours"] else {}
+        pts = [(max(x, x_lo), y, label) for x, y, label in pts]
+        labels = _point_labels([(px(x), py(y), label) for x, y, label in pts]) if c["ours"] else {}
         for i, (x, y, label) in enumerate(pts):
             if c["ours"]:
                 point = fr["points"][[budget_text(p[BUDGET_KEY]) for p in fr["points"]].index(label)]
@@ -147,29 +150,33 @@ def svg_frontier(fr: dict[str, Any], title: str, show_title: bool = True) -> str
                                  f'{esc(labels[i])}</text>')
             else:
                 parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{c["color"]}"/>')
-                if c.get("single"):
+                if c.get("single") and not c["name"].startswith("always-on"):  # always-on is (0, 0), the corner
                     parts.append(f'<text x="{px(x) + 6:.1f}" y="{py(y) + 14:.1f}" fill="#444">{esc(c["name"])}</text>')
     beyond = []
     for c in lines:
         far = [x for x, _, _ in c["points"] if x > x_hi + 1e-9]
         if far:
             lost = f"{min(far):.0f}-{max(far):.0f}" if len(far) > 1 else f"{far[0]:.0f}"
-            beyond.append(f"{c['name']} ({len(far)} of {len(c['points'])}, {lost} pp)")
+            beyond.append(f"{c['name']} {len(far)} of {len(c['points'])} ({lost} pp)")
     if beyond:
-        parts.append(f'<text class="beyond" x="{ml}" y="{h - 8}" fill="#555" font-size="11">'
-                     f'{esc(_shorten("right of the chart: " + ", ".join(beyond), 140))}</text>')
+        text = "right of the chart: " + ", ".join(beyond)
+        cut = text.rfind(", ", 0, 130) if len(text) > 130 else len(text)
+        for k, part in enumerate((text[:cut], text[cut + 2:])):
+            if part:
+                parts.append(f'<text class="beyond" x="{ml}" y="{h - 22 + 14 * k}" fill="#555" font-size="11">'
+                             f'{esc(_shorten(part, 140))}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _point_labels(pts: list[tuple[float, float, str]]) -> dict[int, str]:
-    """Our budgets written once per place: points that fall on the same spot (within 0.01 pp and
-    0.01%) share one label, e.g. '0.1-4%' when all six keep the ceiling on."""
+    """Our budgets written once per place (``pts`` in pixels): neighbouring points closer than a
+    label's height share one label, e.g. '0.1-4%' when all six keep the ceiling on."""
     out: dict[int, str] = {}
     i = 0
     while i < len(pts):
         j = i
-        while j + 1 < len(pts) and abs(pts[j + 1][0] - pts[i][0]) < 0.01 and abs(pts[j + 1][1] - pts[i][1]) < 0.01:
+        while j + 1 < len(pts) and math.hypot(pts[j + 1][0] - pts[j][0], pts[j + 1][1] - pts[j][1]) < 14:
             j += 1
         out[i] = f"{pts[i][2]}%" if j == i else f"{pts[i][2]}-{pts[j][2]}%"
         i = j + 1
