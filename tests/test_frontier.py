@@ -214,6 +214,8 @@ def test_the_budget_is_written_into_the_policys_own_text():
     # No slo section: one is added; an slo block without the key: the key joins it.
     bare = "fleet:\n  floor_groups: 1\n"
     assert fr.policy_text_with_budget(bare, 0.25) == bare + "slo:\n  capacity_miss_budget_pct: 0.25\n"
+    # Plain decimals: YAML would read 1e-05 as a string.
+    assert fr.policy_with_budget(text, "p.yaml", 1e-05)[0].slo.capacity_miss_budget_pct == 1e-05
     block = "slo:\n    ttft_target_s: 2\nscaling: {}\n"
     assert fr.policy_text_with_budget(block, 4) == "slo:\n    capacity_miss_budget_pct: 4\n    ttft_target_s: 2\nscaling: {}\n"
 

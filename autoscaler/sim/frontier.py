@@ -20,6 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, cast
 
@@ -79,8 +80,10 @@ def parse_budgets(text: str) -> list[float]:
 
 
 def budget_text(budget: float) -> str:
-    """A budget as it is written into the policy: 0.1 -> '0.1', 4.0 -> '4'."""
-    return f"{budget:g}"
+    """A budget as it is written into the policy, in plain decimals (YAML reads '1e-05' as a string):
+    0.1 -> '0.1', 4.0 -> '4', 1e-05 -> '0.00001'."""
+    text = format(Decimal(repr(budget)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 _TOP_KEY = re.compile(r"^[^\s#-][^:]*:")
@@ -105,12 +108,9 @@ def policy_text_with_budget(text: str, budget: float) -> str:
         tail = "" if not lines or lines[-1].endswith("\n") else "\n"
         return text + tail + f"slo:\n  {BUDGET_KEY}: {value}\n"
     end = next((j for j in range(slo + 1, len(lines)) if _TOP_KEY.match(lines[j])), len(lines))
-    indent = "  "
-    for j in range(slo + 1, end):
-        stripped = lines[j].strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        indent = lines[j][: len(lines[j]) - len(lines[j].lstrip())]
+    keys = [j for j in range(slo + 1, end) if lines[j].strip() and not lines[j].strip().startswith("#")]
+    indent = lines[keys[0]][: len(lines[keys[0]]) - len(lines[keys[0]].lstrip())] if keys else "  "
+    for j in keys:
         found = _BUDGET_LINE.match(lines[j].rstrip("\r\n"))
         if found and found.group("indent") == indent:
             newline = lines[j][len(lines[j].rstrip("\r\n")):]
