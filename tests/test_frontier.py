@@ -10,15 +10,14 @@ at night for a few tenths of a point of SLO, at 10% it loses more than the SLO's
 - the money is the saved node-hours at the policy's prices (worked out below);
 - the page (``--plot``) fits a 1280 px window in Debian's headless Chromium with its legend off the plot;
 - bad input is one line and exit 2, before any replay.
-A Prometheus history of three workers' request counters (12 h at 15 s) gives the same identity through
-``--from-prometheus``.
+The first day of the 14-day trace, counted into a worker's counters in Prometheus (as
+docs/backtest-from-prometheus.md makes its history), gives the same identity through ``--from-prometheus``.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -28,13 +27,12 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli.frontier_cmd import header, print_frontier, table_rows
-from autoscaler.core.types import parse_time
 from autoscaler.ledger.store import Ledger
 from autoscaler.policy import load_policy
 from autoscaler.sim import frontier as fr
 from autoscaler.sim.backtest import prepare_trace, reference_names
 from tests.support.procs import PYTHON, REPO, bad
-from tests.support.prometheus import Series, prepare, write_signal_policy
+from tests.support.prometheus import prepare
 from tests.test_backtest_parallel import without_wall
 
 POLICY = REPO / "policies/default.yaml"
@@ -284,47 +282,26 @@ def test_the_parallel_replays_equal_the_serial_ones():
 
 
 # --------------------------------------------------------------------------- from Prometheus
-START = parse_time("2026-01-05T00:00:00Z")
-HOURS, SCRAPE_S = 12, 15
-WORKERS = ("127.0.0.1:31101", "127.0.0.1:31102", "127.0.0.1:31103")
-
-
-def rate(t: float) -> float:
-    """Requests/s of the whole fleet: a day's swing (a night at 0.05, a day at 1.6) with a 10-minute
-    burst every 3 hours: what makes a policy drain at night and a budget matter."""
-    h = (t - START) / 3600.0
-    base = 0.05 + 0.75 * (1 - math.cos(2 * math.pi * h / 12))
-    return base + (2.0 if h % 3 < 1 / 6 else 0.0)
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    series = []
-    for instance in WORKERS:
-        total, samples = 0.0, []
-        for k in range(HOURS * 3600 // SCRAPE_S + 1):
-            t = START + k * SCRAPE_S
-            if k:
-                total += rate(t) * SCRAPE_S / len(WORKERS)
-            samples.append((t, math.floor(total)))
-        series.append(Series("sglang:num_requests_total", {"instance": instance, "job": "sglang"}, samples,
-                             kind="counter"))
-    prom = prepare(tmp_path_factory.mktemp("history"), [], history=series)
+    """A Prometheus holding the first day of the 14-day trace as g1's worker's counters (the history
+    of docs/backtest-from-prometheus.md, built by the docs test's builder)."""
+    from tests.test_docs import build_history
+
+    folder = tmp_path_factory.mktemp("history")
+    build_history(folder, hours=24)
+    prom = prepare(folder, [])
     prom.start()
     yield prom
     prom.close()
 
 
 def test_a_frontier_from_prometheus_history_equals_single_runs(recorded, tmp_path):
-    policy = write_signal_policy(tmp_path / "p.yaml", list(WORKERS))
-    text = policy.read_text()
-    assert "  capacity_miss_budget_pct: 0.5\n" in text
-    span = ("--from-prometheus", recorded.url, "--from", "2026-01-05T00:00:00Z", "--to", "2026-01-05T12:00:00Z")
-    out = run_json("simulate", "--policy", str(policy), *span, "--frontier", "0.5,10", "--compare")
-    assert out["trace"]["format"] == "prometheus"
-    ten = tmp_path / "ten.yaml"
-    ten.write_text(text.replace("  capacity_miss_budget_pct: 0.5\n", "  capacity_miss_budget_pct: 10\n"))
-    for budget, path in ((10, ten), (0.5, policy)):
+    text = POLICY.read_text()
+    span = ("--from-prometheus", recorded.url, "--from", "2026-01-05T00:00:00Z", "--to", "2026-01-06T00:00:00Z")
+    out = run_json("simulate", "--policy", str(POLICY), *span, "--frontier", "0.5,10", "--compare")
+    assert out["trace"]["format"] == "prometheus" and out["trace"]["requests_read"] == 1440
+    for budget, path in ((10.0, policy_file(tmp_path, "10", text)), (0.5, POLICY)):
         single = run_json("simulate", "--policy", str(path), *span, "--compare")
         p = {k: v for k, v in point(out, budget).items()
              if k not in ("capacity_miss_budget_pct", "money", "dominated_by_budget", "non_dominated")}
