@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.cli.common import print_json
+from autoscaler.cli.frontier_plot import NAMES, write_frontier_plot
 from autoscaler.cli.simulate_cmd import reference_cache, scored_from
 from autoscaler.policy.loader import LoadedPolicy
 from autoscaler.policy.model import Policy
@@ -27,7 +28,6 @@ from autoscaler.sim.frontier import (
     reference_of,
     run_points,
 )
-from autoscaler.sim.frontier_plot import NAMES, write_frontier_plot
 from autoscaler.sim.traces import Trace
 
 KNOB_LABELS = {"target_utilization": "target", "target_ongoing_requests": "target", "ttft_target_s": "TTFT target s"}

@@ -26,7 +26,6 @@ from typing import Any, cast
 
 from autoscaler.core.risk import TAIL_HOURS
 from autoscaler.errors import BadInput
-from autoscaler.ledger.cost import HOURS_PER_MONTH, Prices
 from autoscaler.policy.loader import parse_policy
 from autoscaler.policy.model import Policy
 from autoscaler.sim.backtest import (
@@ -52,6 +51,7 @@ SLO_BAR_PP = 0.5
 # it is "warm". Fewer than this many requests make 0.5 pp fewer than 50 requests: one burst.
 WEEK_H = TAIL_HOURS + 6.0
 MIN_REQUESTS = 10_000
+HOURS_PER_MONTH = Fraction(730)  # 8,760 h / 12, as the ledger's cost report (autoscaler/ledger/cost.py)
 # The keys of a point that the frontier's reader compares (the rest are in simulate --json too).
 SHARED_KEYS = ("trace", "model", "reference", "warmup_hours", "scored_from")
 
@@ -262,27 +262,33 @@ def dominated_by_ours(point: dict[str, Any], others: list[dict[str, Any]]) -> fl
 
 
 def money(point: dict[str, Any], policy: Policy) -> dict[str, Any]:
-    """The saving against always-on in money, at the policy's prices (docs/ledger.md): a node-hour
-    not run saves (active W - the stopped state's W) x PUE / 1000 x price per kWh + the node-hour
-    fee; fixed costs are paid either way. Per month: over the scored span, x 730 h / span. E.g. the
-    default prices: (240 - 3) W x 1.3 / 1000 x 0.15 USD = 0.0462 USD per node-hour not run."""
-    prices = Prices.from_cost(policy.cost)
+    """The saving against always-on in money, at the policy's prices (the ledger's arithmetic,
+    docs/ledger.md, done here on the backtest's node-hours): a node-hour not run saves (active W - the
+    stopped state's W) x PUE / 1000 x price per kWh + the node-hour fee; fixed costs are paid either
+    way. Per month: over the scored span, x 730 h / span (the ledger's month). E.g. the default
+    prices: (240 - 3) W x 1.3 / 1000 x 0.15 USD = 0.0462 USD per node-hour not run."""
+    cost = policy.cost
     stopped = str(policy.actuator.power_state_when_stopped)
-    per_node_hour = ((prices.watts["active"] - prices.watts[stopped]) * prices.pue / 1000 * prices.energy_price_per_kwh
-                     + prices.node_hour_fee)
-    baseline = Fraction(str(point["baseline_node_hours"]))
-    saved = baseline - Fraction(str(point["node_hours"]))
-    span_h = Fraction(scored_hours(point, policy))
-    baseline_per_node_hour = (prices.watts["active"] * prices.pue / 1000 * prices.energy_price_per_kwh
-                              + prices.node_hour_fee)
+    active_w, stopped_w = _exact(cost.node_power_active_w), _exact(getattr(cost, f"node_power_{stopped}_w"))
+    price, pue, fee = _exact(cost.energy_price_per_kwh), _exact(cost.pue), _exact(cost.node_hour_fee)
+    per_node_hour = (active_w - stopped_w) * pue / 1000 * price + fee
+    baseline_per_node_hour = active_w * pue / 1000 * price + fee
+    baseline = _exact(point["baseline_node_hours"])
+    saved = baseline - _exact(point["node_hours"])
+    span_h = _exact(scored_hours(point, policy))
     month = HOURS_PER_MONTH / span_h if span_h > 0 else Fraction(0)
     return {
-        "currency": prices.currency,
+        "currency": cost.currency,
         "stopped_power_state": stopped,
         "saving_variable": round(float(saved * per_node_hour), 2),
         "saving_variable_per_month": round(float(saved * per_node_hour * month), 2),
         "baseline_variable_per_month": round(float(baseline * baseline_per_node_hour * month), 2),
     }
+
+
+def _exact(x: float) -> Fraction:
+    """A number as the decimal it was written as (0.15 -> 3/20), as the ledger's ``cost.exact``."""
+    return Fraction(Decimal(repr(x)))
 
 
 def judge(points: list[dict[str, Any]], policy: Policy) -> None:
