@@ -50,15 +50,28 @@ _SECRET_PARAMS = re.compile(
 )
 
 
+# libpq's key=value connection strings ("host=db password=hunter2", "password = 'a b'"): the value
+# is a single-quoted string (backslash escapes; an unclosed quote runs to the end) or a word.
+_SECRET_KEYWORDS = re.compile(
+    r"((?:^|[\s?&;])(?:password|passwd|pwd|pass|sslpassword|sslkey|secret|token|access_token|api_key|apikey|auth)"
+    r"\s*=\s*)('(?:\\.|[^'\\])*'?|\S*)",
+    re.IGNORECASE,
+)
+# user:password@ in something that is not a URL ("postgresql:/u:pw@host", a typo): hidden as well.
+_USERINFO = re.compile(r"([^\s:/@]*):[^\s]*@")
+
+
 def redact_url(url: str) -> str:
     """The URL with every credential shown as ``***``: the password in
-    ``postgresql://user:pw@host/db`` and credential query parameters (``?password=``).
+    ``postgresql://user:pw@host/db`` and credential query parameters (``?password=``); in a libpq
+    key=value string (``host=db password=hunter2``, ``password='a b'``), the password's value.
 
     Never partly printed: the user part ends at the *last* ``@`` (a password with an unescaped
     ``@`` or ``#`` is hidden whole), and credential parameters go first, so an ``@`` in their
     value cannot be taken for the host's."""
     if "://" not in url:
-        return url
+        redacted = _SECRET_KEYWORDS.sub(r"\1***", url)
+        return _USERINFO.sub(r"\1:***@", redacted) if "@" in redacted else redacted
     scheme, rest = url.split("://", 1)
     rest = _SECRET_PARAMS.sub(r"\1***", rest)
     if "@" in rest:

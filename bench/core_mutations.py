@@ -24,10 +24,11 @@ N, C, S, K = "test_core_numbers.py", "test_core_cordon.py", "test_core_scenarios
 W = "test_core_week.py"
 F = "test_core_fast_path.py"
 SE = "test_core_sessions.py"
+RQ = "test_risk_in_requests.py"
 M = [
  ("autoscaler/core/risk.py", "MAX_BOLDNESS = 2.0", "MAX_BOLDNESS = 4.0", "test_budget_burn_makes_scale_downs_careful_or_bold"),
  ("autoscaler/core/decide.py", "               and floor <= allowed)", "               )", f"{K}::test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget"),
- ("autoscaler/core/decide.py", "    if floor > allowed and risk.probability <= allowed:", "    if False:", f"{K}::test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget"),
+ ("autoscaler/core/decide.py", "    if floor > allowed and judged <= allowed_misses:", "    if False:", f"{K}::test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget"),
  ("autoscaler/core/risk.py", "    return 1.0 / (evidence_minutes(risk) + 2)", "    return 1.0 / (evidence_minutes(risk) + 1)", f"{K}::test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget"),
  ("autoscaler/core/risk.py", "    return risk.week_minutes if risk.p_week is not None else risk.samples", "    return risk.samples", f"{K}::test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget"),
  ("autoscaler/core/risk.py", "SESSION_NOISE_Z = 2.0", "SESSION_NOISE_Z = 0.0", f"{SE}::test_the_worked_example_charges_the_excess_beyond_two_standard_deviations"),
@@ -37,7 +38,7 @@ M = [
  ("autoscaler/core/risk.py", "OVER_SHARE_HALF_LIFE_MINUTES * policy.forecast.minute_s", "OVER_SHARE_HALF_LIFE_MINUTES * 30", f"{SE}::test_the_baseline_is_weighted_by_arrivals_and_halves_in_an_hour"),
  ("autoscaler/sim/engine.py", "latency.over / window if window else None", "0.0 if window else None", f"{SE}::test_the_replay_reads_the_share_of_first_tokens_over_the_target"),
  ("autoscaler/core/decide.py", "    if not explain and not fits:\n        return False, \"\", {}", "    if not explain and not fits:\n        return True, \"\", {}", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
- ("autoscaler/core/decide.py", "and fits and risk.probability <= allowed\n", "and fits\n", f"{W}::test_the_weeks_burst_holds_a_drain_the_six_hours_allow"),
+ ("autoscaler/core/decide.py", "and fits and judged <= allowed_misses\n", "and fits\n", f"{W}::test_the_weeks_burst_holds_a_drain_the_six_hours_allow"),
  ("autoscaler/core/risk.py", "            for r in tops:\n                del values[bisect_right(values, r) - 1]", "            pass", f"{F}::test_the_tails_sorted_rises_updated_an_hour_at_a_time_are_the_full_sort"),
  ("autoscaler/core/risk.py", "measured > stop_above and n >= PRIOR_RISES", "n >= PRIOR_RISES", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
  ("autoscaler/core/risk.py", "    return min(MAX_BOLDNESS, burn)\n\n\ndef allowed_risk", "    return 1.0\n\n\ndef allowed_risk", f"{N}::test_headroom_is_the_burn_between_one_and_twice"),
@@ -169,10 +170,10 @@ M = [
  ("autoscaler/core/risk.py", "if memory.tail_minutes and n >= PRIOR_RISES and resolution == \"minute\":", "if False:", f"{W}::test_the_weeks_burst_holds_a_drain_the_six_hours_allow"),
  ("autoscaler/core/risk.py", "measured = max(measured, p_week)", "measured = p_week", f"{W}::test_a_busier_six_hours_than_the_week_decide_for_themselves"),
  ("autoscaler/core/risk.py", "if level + (reached - base) > capacity)", "if True)", f"{W}::test_a_quiet_six_hours_still_see_the_weeks_burst"),
- ("autoscaler/core/risk.py", "week_minutes = n + memory.tail_minutes", "week_minutes = memory.tail_minutes", f"{W}::test_a_quiet_six_hours_still_see_the_weeks_burst"),
+ ("autoscaler/core/risk.py", "week_minutes = n + tail_minutes", "week_minutes = tail_minutes", f"{W}::test_a_quiet_six_hours_still_see_the_weeks_burst"),
  ("autoscaler/core/risk.py", "TAIL_PER_HOUR = 24", "TAIL_PER_HOUR = 25", f"{W}::test_an_hour_keeps_its_24_highest_rises_and_counts_every_minute"),
  ("autoscaler/core/risk.py", "(len(tops) < TAIL_PER_HOUR or old[1:] > tops[0])", "(len(tops) < TAIL_PER_HOUR)", f"{W}::test_an_hour_keeps_its_24_highest_rises_and_counts_every_minute"),
- ("autoscaler/core/risk.py", "np.count_nonzero(level + u[at:] > capacity)", "np.count_nonzero(u[at:] == u[at:])", f"{W}::test_a_quiet_six_hours_still_see_the_weeks_burst"),
+ ("autoscaler/core/risk.py", "np.count_nonzero(u[at:] > capacity - level)", "np.count_nonzero(u[at:] == u[at:])", f"{W}::test_a_quiet_six_hours_still_see_the_weeks_burst"),
  ("autoscaler/core/risk.py", "closed_changed = closed_changed or bool(tail)", "closed_changed = False", f"{W}::test_a_rise_leaving_the_six_hours_joins_its_hour"),
  ("autoscaler/core/risk.py", "if closed_changed or cut:", "if closed_changed:", f"{W}::test_the_tail_keeps_seven_days_with_the_six_hours"),
  ("autoscaler/adapters/snapshot_file.py", "tail_sorted=closed_tail_rises(tail),", "tail_sorted=(),", f"{W}::test_the_tail_round_trips_through_a_snapshot_and_rejects_a_bad_one"),
@@ -189,6 +190,13 @@ M = [
  ("autoscaler/core/risk.py", "    for key in (\"budget_burn\", \"budget_burn_long\"):\n        b = getattr(memory, key)\n        out[key] = (misses", "    for key in (\"budget_burn\",):\n        b = getattr(memory, key)\n        out[key] = (misses", f"{N}::test_a_drain_charges_its_session_moves_to_both_burns"),
  ("autoscaler/core/risk.py", "    return long if short is None or long > short else short", "    return short", f"{N}::test_a_budget_overspent_over_days_starts_a_group_the_six_hours_would_not"),
  ("autoscaler/core/risk.py", "    return long if short is None or long > short else short", "    return long", f"{N}::test_the_burn_is_the_higher_of_six_hours_and_three_days"),
+# the drain's risk in requests (tests/test_risk_in_requests.py)
+ ("autoscaler/core/risk.py", "    return (a if a < 1.0 else 1.0) - (0.0 if b <= 0.0 else b if b < 1.0 else 1.0)", "    return a if a < 1.0 else 1.0", f"{RQ}::test_the_added_share_at_one_height"),
+ ("autoscaler/core/risk.py", "    weight_per_moment = min(1.0, excess_minutes / lead_minutes(lead_s, policy.forecast.minute_s))", "    weight_per_moment = 1.0", f"{RQ}::test_the_docstring_example"),
+ ("autoscaler/core/decide.py", "    judged = misses.share if misses is not None else", "    judged = risk.probability if risk is not None else", f"{RQ}::test_a_drain_judged_in_requests_where_the_chance_of_an_excess_holds"),
+ ("autoscaler/core/decide.py", "    allowed_misses = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0) if misses is not None else allowed", "    allowed_misses = allowed", f"{RQ}::test_an_unspent_budget_allows_no_more_than_itself_in_requests"),
+ ("autoscaler/core/risk.py", "    return min(d, 24 - d) <= within_h", "    return True", f"{RQ}::test_the_tail_seen_from_this_time_of_day_keeps_only_the_hours_near_it"),
+ ("autoscaler/core/risk.py", "    return min(d, 24 - d) <= within_h", "    return d <= within_h", f"{RQ}::test_the_tail_seen_from_this_time_of_day_keeps_only_the_hours_near_it"),
 ]
 only = sys.argv[1] if len(sys.argv) > 1 else ""
 bad = 0

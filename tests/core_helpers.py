@@ -43,7 +43,9 @@ def make_policy(n_groups: int = 3, **sections: Any) -> Policy:
         # whatever the shipped default is; the shipped policy is backtested in test_backtest.py.
         # They also start measured: the cold start's hold (scale_down.min_measured_rises, default 30) is
         # tested on its own (test_core_numbers.py), with the default.
-        "scaling": {"target_utilization": 0.7, "scale_down": {"min_measured_rises": 0}},
+        # The week's tail counts every hour here (the time-of-day view, scale_down.tail_within_h, is tested
+        # on its own in test_risk_in_requests.py), so the tail's worked examples keep their arithmetic.
+        "scaling": {"target_utilization": 0.7, "scale_down": {"min_measured_rises": 0, "tail_within_h": None}},
         # and with a budget of 1% (the shipped 0.5% is checked against the model's default in
         # test_policy.py), so that the burn's worked examples stay in round numbers.
         "slo": {"capacity_miss_budget_pct": 1.0},
@@ -85,6 +87,7 @@ def signals(
     problems: tuple[Problem, ...] = (),
     ttft: float | None = None,
     queue_wait: float | None = None,
+    request_rate: float | None = None,
     **groups: tuple,
 ) -> SignalSnapshot:
     """signals(g1=(running, queued, kv), g2=(...)) -> a snapshot; fleet totals are the sums."""
@@ -95,6 +98,7 @@ def signals(
         queued=sum(g.queued for g in known) if known else None,
         ttft_p99_s=ttft,
         queue_wait_p99_s=queue_wait,
+        request_rate=request_rate,
     )
     return SignalSnapshot(at, gs, fleet_sig, problems)
 

@@ -291,7 +291,9 @@ def test_simulate_json_keys_compare_timeline_and_plot(tmp_path):
     assert set(out["model"]) >= {"prefill_tokens_per_s", "decode_tokens_per_s", "startup_s", "requests_per_group",
                                  "slo_ttft_s"}
     ref = out["reference"]
-    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "kpa", "apa", "ray_serve", "dynamo_planner"}
+    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "oracle_rate", "kpa", "apa", "ray_serve",
+                        "dynamo_planner"}
+    assert ref["oracle_rate"] is None  # recorded arrivals: no rate windows to draw again
     for r in (ref["static"], ref["hpa"], ref["oracle"], *ref["hpa_sweep"]):
         assert keys <= set(r)
     for peer in ("kpa", "apa", "ray_serve", "dynamo_planner"):  # at their defaults, with what was ported
@@ -353,25 +355,24 @@ def test_servegen_gaps_are_reported():
 def test_the_default_keeps_always_ons_slo_on_bursts_shorter_than_a_minute():
     """SLO parity is the hard constraint (docs/interfaces.md, "The order of the targets"). On m-small
     at 0.35 (seed 0) the bursts are shorter than a minute: with rises measured on minute means the
-    default lost 0.85 pp against always-on (5,214 capacity misses against 3,414); measured halfway to
-    each minute's busiest tick (core/risk.py, PEAK_WEIGHT) it keeps within 0.5 pp and still runs
-    under always-on (since the week's tail remembers the week's bursts and an unspent budget allows
-    2 x its risk, not 4 x, by about 2%: 1,973.9 against 2,016 node-hours; 15% before the tail),
-    while a fleet that never drains (always-on itself) fails the oracle's bar on the same cell. (Until the
-    cold start stopped gambling this test was "meets all three targets" on Mooncake at 0.35; no
-    cell of the example traces where the oracle bar discriminates is met now: docs/matrix.md.)"""
+    default lost 0.85 pp against always-on; measured halfway to each minute's busiest tick
+    (core/risk.py, PEAK_WEIGHT) it keeps within 0.5 pp. Judged in requests (excess held 2 minutes,
+    the week's tail from this time of day) it saves 18.4% of always-on's node-hours at 0.31 pp below
+    its SLO, about the rate oracle's 18.37% at 0.075 pp (the exceedance rule saved 2.0% here), while a
+    fleet that never drains (always-on itself) fails the rate oracle's node-hours bar on the same cell."""
     policy = load_policy(ROOT / "policies/default.yaml").policy
     trace, factor, info = prepare_trace(str(SERVEGEN), "auto", policy, 0.35, 0)
     # Always-on, the oracle and one HPA setting: the whole HPA sweep and a second replay of the core
     # (with its drains dropped) doubled the test's CPU and checked nothing always-on does not.
-    keep = {"static", "oracle", "hpa@0.7"}
+    keep = {"static", "oracle", "oracle_rate", "hpa@0.7"}
     runs = backtest(trace, factor, policy, compare=True, seed=0,
                     skip=frozenset(n for n in reference_names(policy) if n not in keep))
     ours, static = runs["ours"].summary, runs["static"].summary
     assert static["slo_attainment"] - ours["slo_attainment"] <= 0.005, (ours, static)
-    assert ours["node_hours"] < 0.99 * static["node_hours"], (ours, static)
-    stuck = verdict(static, static, runs["oracle"].summary, [{**runs["hpa@0.7"].summary, "target_utilization": 0.7}])
-    assert stuck["slo_within_0_5pp_of_static"] and not stuck["within_10pct_of_oracle"], stuck
+    assert ours["node_hours"] < 0.9 * static["node_hours"], (ours, static)
+    stuck = verdict(static, static, runs["oracle"].summary, [{**runs["hpa@0.7"].summary, "target_utilization": 0.7}],
+                    {}, runs["oracle_rate"].summary)
+    assert stuck["slo_within_0_5pp_of_static"] and not stuck["within_rate_oracle"], stuck
     assert not stuck["meets_targets"]
 
 

@@ -77,7 +77,8 @@ def test_parallel_backtest_equals_serial(setup):
     serial = bt.backtest(trace, factor, policy, compare=True, keep_decisions=True, workers=1)
     parallel = bt.backtest(trace, factor, policy, compare=True, keep_decisions=True, workers=2)
 
-    assert list(parallel) == list(serial) == ["ours", *bt.reference_names()]
+    # (the rate oracle is not defined for Azure's recorded arrivals)
+    assert list(parallel) == list(serial) == ["ours", *(n for n in bt.reference_names() if bt.applies(n, trace))]
     for name in serial:
         assert without_wall(parallel[name].summary) == without_wall(serial[name].summary), name
         assert_same_replay(parallel[name].result, serial[name].result)

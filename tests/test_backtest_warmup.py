@@ -161,7 +161,8 @@ def _without_wall(out: dict) -> dict:
     out = {k: v for k, v in out.items() if k != "wall_s"}
     for ref in out.get("reference", {}).values():
         for point in ref if isinstance(ref, list) else [ref]:
-            point.pop("wall_s", None)
+            if point is not None:  # (the rate oracle of a trace of recorded arrivals)
+                point.pop("wall_s", None)
     return out
 
 

@@ -22,17 +22,19 @@ def run(slo: float, node_hours: float) -> dict:
 
 def test_a_reference_meets_a_cell_only_within_both_bars_and_undominated() -> None:
     policy = load_policy(str(REPO / "policies" / "default.yaml")).policy
-    refs = {"static": run(0.990, 200.0), "oracle": run(0.990, 100.0)}
-    # HPA's sweep: 0.5 within both bars (SLO 0.4 pp below always-on, x1.08 of the oracle), 0.6 cheaper
+    refs = {"static": run(0.990, 200.0), "oracle": run(0.990, 100.0), "oracle_rate": run(0.990, 110.0)}
+    # HPA's sweep: 0.5 within both bars (SLO 0.4 pp below always-on, under the rate oracle's 110), 0.6 cheaper
     # but 0.6 pp below, the rest too dear
     refs.update({f"hpa@{t}": run(0.986, 108.0) if t == 0.5 else run(0.984, 104.0) if t == 0.6 else run(0.990, 190.0)
                  for t in cv_matrix.HPA_TARGETS})
     assert cv_matrix.met_by_references(refs, policy) == ["hpa@0.5"]
     # what the matrix records per cell, from the same verdicts: hpa@0.6 is 0.6 pp below always-on
     assert cv_matrix.reference_outcomes(refs, policy) == (["hpa@0.5"], ["hpa@0.6"])
-    # the oracle, which meets every bar by construction, is not a reference a controller can be
-    refs["hpa@0.5"] = run(0.986, 111.0)  # x1.11: outside the node-hours bar
+    # the oracles, which meet every bar by construction, are not references a controller can be
+    refs["hpa@0.5"] = run(0.986, 111.0)  # above the rate oracle's 110: outside the node-hours bar
     assert cv_matrix.met_by_references(refs, policy) == []
+    # where the rate oracle is not defined (recorded arrivals) there is no node-hours bar
+    assert cv_matrix.met_by_references({**refs, "oracle_rate": None}, policy) == ["hpa@0.5"]
     # a point that meets both bars but is dominated by another setting of the same sweep does not count
     refs["hpa@0.5"] = run(0.987, 109.0)
     refs["hpa@0.7"] = run(0.988, 105.0)

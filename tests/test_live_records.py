@@ -110,7 +110,9 @@ def test_the_status_server_caps_connections_and_drops_idle_clients():
     try:
         idle = [socket.create_connection((host, port)) for _ in range(2)]  # two clients that send nothing
         time.sleep(0.1)
-        assert httpx.get(url, timeout=2).status_code == 503  # a third is refused at once, not queued for ever
+        # A third, with its request at once, is served: the idle client that has held a slot the
+        # longest is dropped for it (issue 34 item 10), never queued for ever behind them.
+        assert httpx.get(url, timeout=3).status_code == 200
         end = time.monotonic() + 5
         while True:  # the idle ones are dropped at the handler's socket timeout: service again
             try:

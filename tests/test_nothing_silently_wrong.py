@@ -136,6 +136,30 @@ def test_a_password_is_never_printed_not_even_a_part(tmp_path, url, secret):
         assert s not in redact_url(url)
 
 
+@pytest.mark.parametrize("dsn, secret", [
+    ("host=127.0.0.1 port=1 password=hunter2 dbname=ledger", ("hunter2",)),
+    ("host=127.0.0.1 password = 'hunter 2' dbname=ledger", ("hunter", " 2")),
+    ("password='hun\\'ter2 x' host=127.0.0.1", ("hun", "ter2")),
+    ("host=127.0.0.1 sslpassword=hun;ter2", ("hun;ter2", "ter2")),
+])
+@pytest.mark.parametrize("where", ["--db", "AUTOSCALER_DATABASE_URL"])
+def test_a_libpq_key_value_password_is_never_printed(tmp_path, dsn, secret, where):
+    """Issue 34 item 12: a libpq DSN (key=value, not a URL) is bad input, and its error line named it
+    with the password in clear, from --db and from the environment alike."""
+    if where == "--db":
+        p = cli("status", "--db", dsn, cwd=tmp_path)
+    else:
+        p = cli("status", cwd=tmp_path, env={**os.environ, "AUTOSCALER_DATABASE_URL": dsn})
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and where in p.stderr, p.stderr
+    assert "password" in p.stderr and "***" in p.stderr, p.stderr  # still says which part it hid
+    for s in secret:
+        assert s not in p.stderr, p.stderr
+        assert s not in redact_url(dsn)
+    assert "host=127.0.0.1" in redact_url(dsn)  # what is not secret stays readable
+    demo = cli("demo", "--db", dsn, cwd=tmp_path)  # a command with a check of its own
+    assert demo.returncode == 2 and not any(s in demo.stderr for s in secret), demo.stderr
+
+
 def test_redact_url_keeps_what_is_not_secret():
     assert redact_url("postgresql://ledger:pw@db.example:5432/ledger") == "postgresql://ledger:***@db.example:5432/ledger"
     assert redact_url("postgresql://db.example/ledger?sslmode=require&password=x") == \

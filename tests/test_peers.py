@@ -368,7 +368,8 @@ def test_simulate_reference_cache_replays_nothing_the_second_time(tmp_path):
 
     first = run()
     entries = sorted(cache.iterdir())
-    assert len(entries) == len(bt.reference_names())  # one file per reference run
+    # one file per reference run (the rate oracle is not defined for Azure's recorded arrivals)
+    assert len(entries) == len(bt.reference_names()) - 1
     second = run()
     assert second["reference"] == first["reference"] and second["verdict"] == first["verdict"]
     for f in entries:  # a cached summary is what is reported: change one, see it

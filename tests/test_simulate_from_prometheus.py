@@ -236,7 +236,9 @@ def test_compare_timeline_plot_and_ledger_work_on_the_replay(recorded, policies,
                         "--from", iso(START), "--to", iso(START + 3 * 3600), "--compare",
                         "--timeline-out", str(timeline), "--plot", str(plot), "--db", f"sqlite:///{db}")
     ref = out["reference"]
-    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "kpa", "apa", "ray_serve", "dynamo_planner"}
+    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "oracle_rate", "kpa", "apa", "ray_serve",
+                        "dynamo_planner"}
+    assert ref["oracle_rate"] is None  # a Prometheus history is recorded arrivals
     for summary in [ref["static"], ref["hpa"], ref["oracle"], *ref["hpa_sweep"]]:
         assert KEYS - {"trace", "model"} <= set(summary) and summary["requests"] == out["requests"]
     assert [p["target_utilization"] for p in ref["hpa_sweep"]] == [0.5, 0.6, 0.7, 0.8, 0.9]

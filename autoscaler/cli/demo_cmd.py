@@ -29,7 +29,10 @@ def run(args: argparse.Namespace) -> int:
     if not 1.0 <= args.minutes <= 600:
         raise BadInput(f"--minutes: {args.minutes:g} is outside 1..600")
     if args.db is not None and not args.db.startswith("sqlite:///"):
-        raise BadInput(f"--db: the demo records into a SQLite ledger (sqlite:///FILE), not {args.db.split(':', 1)[0]}")
+        from autoscaler.settings import redact_url
+
+        raise BadInput(f"--db: the demo records into a SQLite ledger (sqlite:///FILE), not "
+                       f"{redact_url(args.db).split(':', 1)[0]}")
     if args.db is not None:
         check_db_output("--db", args.db)
     from autoscaler.demo.app import run_demo

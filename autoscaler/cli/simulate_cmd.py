@@ -251,6 +251,8 @@ def _print_table(out: dict) -> None:
         cols += [("always-on", ref["static"]), (f"hpa@{HPA_DEFAULT_TARGET}", ref["hpa"])]
         cols += [(_SHORT[p], ref[p]) for p in PEER_NAMES if p in ref]
         cols += [("oracle", ref["oracle"])]
+        if ref.get("oracle_rate") is not None:
+            cols += [("rate-oracle", ref["oracle_rate"])]
     rows = [
         ("requests", "requests", "{:,}"),
         ("node-hours", "node_hours", "{:,.1f}"),
@@ -310,10 +312,14 @@ def _print_table(out: dict) -> None:
         beaten = [("hpa", v["hpa_dominating"])] + [(p, d) for p, d in v["peer_dominating"].items() if d]
         print(f"vs always-on SLO: {-v['slo_gap_vs_static_pp']:+.3f} pp "
               f"({'ok' if v['slo_within_0_5pp_of_static'] else 'MORE than 0.5 pp below'}); "
-              f"vs oracle node-hours: x{v['node_hours_vs_oracle']} "
-              f"({'ok' if v['within_10pct_of_oracle'] else 'more than 10% above'}); "
+              + (f"vs rate oracle node-hours: x{v['node_hours_vs_oracle_rate']} "
+                 f"({'ok' if v['within_rate_oracle'] else 'ABOVE'}); " if v["within_rate_oracle"] is not None else "")
+              + f"vs oracle node-hours: x{v['node_hours_vs_oracle']}; "
               + ("not dominated by HPA or a peer" if not v["dominated_by"] else "DOMINATED by " + ", ".join(
                   f"{_SHORT.get(name, name)} ({d['node_hours']:,.1f} node-hours at SLO {100 * d['slo_attainment']:.3f}%)"
                   for name, d in beaten if d)))
+        if ref.get("oracle_rate") is None:
+            print("(no rate oracle: it is defined for traces given as rate windows (ServeGen), which it draws "
+                  "again with other seeds; a trace of recorded arrivals has one draw only)")
         if not args_sweep(ref):
             print("(peers at their defaults only; '--compare sweep' sweeps each peer's knob)")

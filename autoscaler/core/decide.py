@@ -48,7 +48,9 @@ from autoscaler.core.risk import (
     evidence_floor,
     evidence_minutes,
     exceed_probability,
+    expected_miss_share,
     headroom,
+    lead_minutes,
     minute_changes,
     open_drain_watch,
     seasonal_peaks_memo,
@@ -554,12 +556,26 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # The measurements must show the risk within budget (core/risk.py, evidence_floor): part of the
     # cold start's hold, off with it (scale_down.min_measured_rises 0).
     floor = evidence_floor(risk) if risk is not None and need else 0.0
-    surplus = (risk is not None and risk.samples >= need and fits and risk.probability <= allowed
+    # The risk in requests (core/risk.py, expected_miss_share): the misses the drain adds per
+    # arrival, against the same allowed share; without a request rate, the chance of any excess.
+    misses = None
+    rate = t.signals.fleet.request_rate
+    if (down.excess_minutes is not None and risk is not None and remaining > 0 and rate is not None
+            and math.isfinite(rate) and rate > 0):
+        misses = expected_miss_share(t.memory, policy, t.now, capacity, capacity + t.base_per_group / room,
+                                     rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes)
+    judged = misses.share if misses is not None else risk.probability if risk is not None else math.inf
+    # In requests the budget is the budget: an unspent one allows no more than itself (the exceedance
+    # risk, a proxy, may take up to twice it); a burning one halves it as before. At 2x, five groups
+    # spent 0.495 pp of the 0.5 pp bar on m-small (seed 0, 0.35).
+    allowed_misses = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0) if misses is not None else allowed
+    surplus = (risk is not None and risk.samples >= need and fits and judged <= allowed_misses
                and floor <= allowed)
     if not explain:
         return surplus, "", {}
     extra: dict[str, Any] = {"utilization_after_scale_down": None if remaining <= 0 else round(util_after, 4),
                              "risk": None if risk is None else risk.to_dict(), "risk_allowed": round(allowed, 5),
+                             "expected_misses": None if misses is None else misses.to_dict(),
                              "ttft_over_target": t.signals.ttft_over_target,
                              "session_move_misses": None if t.memory.session_moves is None
                              else round(t.memory.session_moves[0], 2)}
@@ -580,16 +596,26 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
             f" and {_fmt_pct(risk.p_week)} over the week's {risk.week_minutes:,} {_minutes(policy)}")
     recent = (f"recent {_fmt_pct(risk.p_recent)} over {_rises(risk, policy)}" if risk.p_week is None else
               f"recent {_fmt_pct(risk.p_recent)}: {_fmt_pct(risk.p_hours or 0.0)} over {_rises(risk, policy)}{week}")
-    numbers = (f"P(demand > {_fmt(capacity)} within {_fmt(t.risk_horizon)} s) = {_fmt_pct(risk.probability)} "
-               f"({recent}{seasonal}), "
-               f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed)}; {numbers}")
+    exceed = (f"P(demand > {_fmt(capacity)} within {_fmt(t.risk_horizon)} s) = {_fmt_pct(risk.probability)} "
+              f"({recent}{seasonal})")
+    if misses is not None:
+        # e.g. "expected added misses 0.15% of arrivals (excess held 1 minute of 11; a queue of 4 misses
+        # every arrival); P(demand > 12 within 615 s) = 33% (...)"
+        exceed = (f"expected added misses {_fmt_pct(misses.share)} of arrivals over {_fmt(t.risk_horizon)} s "
+                  f"(an excess held {_fmt(down.excess_minutes)} of "
+                  f"{lead_minutes(t.risk_horizon, policy.forecast.minute_s)} {_minutes(policy)}; "
+                  f"{_fmt(misses.queue_to_miss)} queued make every arrival miss); {exceed}")
+    numbers = (f"{exceed}, "
+               f"budget {_fmt(policy.slo.capacity_miss_budget_pct)}% {spend} allows {_fmt_pct(allowed_misses)}"
+               + ("" if allowed_misses == allowed else f" in requests ({_fmt_pct(allowed)} as a chance)")
+               + f"; {numbers}")
     if risk.samples < need:
         # Cold start: the prior is a guess about a fleet never seen; a drain waits for the fleet's own
         # rises (scale_down.min_measured_rises, 30: at the default minute and a 615 s lead, 41 minutes).
         numbers = f"only {risk.samples} of {need} {_rises_of(risk, policy)} measured: no drain on the prior alone; {numbers}"
         return False, numbers, extra
     extra["risk_evidence_floor"] = round(floor, 5)
-    if floor > allowed and risk.probability <= allowed:
+    if floor > allowed and judged <= allowed_misses:
         n = evidence_minutes(risk)
         numbers = (f"{n:,} {_minutes(policy)} of rises cannot show a risk below {_fmt_pct(floor)} (1 / ({n:,} + 2)), "
                    f"above the {_fmt_pct(allowed)} allowed: no drain yet; {numbers}")

@@ -285,6 +285,53 @@ def _closed_tail_update(old_tail: tuple, old_sorted: tuple, tail: list) -> tuple
 _tail_arrays: list = [None, None, None]
 
 
+# The tail seen from one time of day (``tail_view``): (the rise_tail's closed hours, the hour of day,
+# the hours of day kept, their rises' z and reach as arrays, their minutes).
+_tod_cache: list = [None, None, None, None, None, None]
+
+
+def _near(hour: int, now_hour: int, within_h: float) -> bool:
+    """Whether hour-of-day ``hour`` is within ``within_h`` hours of ``now_hour``, around midnight too."""
+    d = abs(hour - now_hour) % 24
+    return min(d, 24 - d) <= within_h
+
+
+def tail_view(memory: Memory, now: float, within_h: float | None) -> tuple[np.ndarray, np.ndarray, tuple, int]:
+    """The week's tail as the risk reads it: (its closed hours' rises' z, sorted, and their reach in
+    requests (reached - base), as arrays; the last hour's rises; the minutes they stand for).
+
+    With ``within_h`` (``scaling.scale_down.tail_within_h``) only the hours whose time of day is
+    within that many hours of now's count (on earlier days; the six recent hours always count in
+    full): a daily cycle's evening bursts say little about its nights, where a node-hour is cheapest
+    in misses. E.g. at 04:20 with 2 h, the hours that began at 02:00-06:00 of the tail's days. The
+    hours of the tail change once an hour: the arrays are rebuilt then, not at every tick."""
+    tail = memory.rise_tail
+    if within_h is None:
+        ranked = memory.tail_sorted
+        if ranked and _tail_arrays[0] is not ranked:
+            _tail_over(ranked, 0.0, 0.0, 0.0)  # (builds the arrays)
+        z, u = (_tail_arrays[1], _tail_arrays[2]) if ranked else (_EMPTY, _EMPTY)
+        return z, u, tail[-1][2] if tail else (), memory.tail_minutes
+    now_hour = int(now // 3600) % 24
+    closed = tail[:-1]
+    if _tod_cache[0] is not memory.tail_sorted or _tod_cache[1] != now_hour or _tod_cache[2] != within_h \
+            or _tod_cache[3] != (closed[0][0] if closed else None):
+        rows = sorted(r for h, _, tops in closed if _near(h % 24, now_hour, within_h) for r in tops)
+        minutes = sum(c for h, c, _ in closed if _near(h % 24, now_hour, within_h))
+        arr = np.array(rows, dtype=float).reshape(-1, 3)
+        _tod_cache[:] = [memory.tail_sorted, now_hour, within_h, closed[0][0] if closed else None,
+                         (np.ascontiguousarray(arr[:, 0]), arr[:, 2] - arr[:, 1]), minutes]
+    z, u = _tod_cache[4]
+    minutes = _tod_cache[5]
+    last: tuple = ()
+    if tail and _near(tail[-1][0] % 24, now_hour, within_h):
+        last, minutes = tail[-1][2], minutes + tail[-1][1]
+    return z, u, last, minutes
+
+
+_EMPTY = np.zeros(0)
+
+
 def _tail_over(ranked: tuple, z_at: float, level: float, capacity: float) -> int:
     """How many of the closed hours' rises exceed: z > z_at and, the mean reversion, level +
     (reached - base) > capacity (as for the six hours' rises, in one array operation)."""
@@ -525,18 +572,18 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
     if stop_above is not None and measured > stop_above and n >= PRIOR_RISES and resolution == "minute":
         return Risk(measured, measured, None, 0.0, n, 0, resolution, None, 0, measured)
     p_hours, p_week, week_minutes = measured, None, 0
-    tail = memory.tail_sorted
     if memory.tail_minutes and n >= PRIOR_RISES and resolution == "minute":
         # The week's tail: a quiet six hours do not prove that the week's bursts are gone. The six
         # hours' exceeding rises and the tail's, over every minute they stand for; the higher share
         # decides. (360 quiet minutes, and a burst 6 hours ago that exceeded in 6 of its minutes,
         # 300 minutes in the tail: 0 of 360, but 6 of 660 = 0.91%.) The tail keeps each hour's
         # TAIL_PER_HOUR highest rises: an hour in which more exceeded counts that many.
-        last = memory.rise_tail[-1][2] if memory.rise_tail else ()
-        over_tail = _tail_over(tail, z_at, level, capacity) + sum(
+        z, u, last, tail_minutes = tail_view(memory, now, policy.scaling.scale_down.tail_within_h)
+        at = int(z.searchsorted(z_at, side="right"))
+        over_tail = int(np.count_nonzero(u[at:] > capacity - level)) + sum(
             1 for _, base, reached in last[bisect_right(last, (z_at, math.inf, math.inf)):]
             if level + (reached - base) > capacity)
-        week_minutes = n + memory.tail_minutes
+        week_minutes = n + tail_minutes
         p_week = (over + over_tail) / week_minutes
         measured = max(measured, p_week)
     if n >= PRIOR_RISES:
@@ -559,6 +606,95 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
     # would say 1%, and m-small's next burst came after it).
     p = max(p_recent, (1 - weight) * p_recent + weight * (p_seasonal or 0.0))
     return Risk(p, p_recent, p_seasonal, weight, n, days, resolution, p_week, week_minutes, p_hours)
+
+
+@dataclass(frozen=True, slots=True)
+class MissRisk:
+    """The drain's risk in requests: the capacity misses it is expected to add, per arrival, over one
+    lead time (``expected_miss_share``)."""
+
+    share: float  # expected added capacity misses / arrivals over the lead time
+    share_recent: float  # from the measured rises (the six hours', or the week's when higher)
+    share_seasonal: float | None
+    moments: int  # the moments (minutes) the recent share stands on
+    queue_to_miss: float  # requests queued at which every arrival misses (rate x TTFT target)
+
+    def to_dict(self) -> dict:
+        return {"share": round(self.share, 6), "share_recent": round(self.share_recent, 6),
+                "share_seasonal": None if self.share_seasonal is None else round(self.share_seasonal, 6),
+                "moments": self.moments, "queue_to_miss": round(self.queue_to_miss, 4)}
+
+
+def _added_misses(reached: float, after: float, before: float, full: float) -> float:
+    """The share of arrivals that miss at demand ``reached`` on capacity ``after`` and would not on
+    ``before``: an excess E queued makes min(1, E / full) of arrivals miss (full = rate x target:
+    the queue at which the wait reaches the TTFT target). Demand 14 on 12 slots, full 4: 2 / 4 =
+    0.5 miss; on 18 slots none: 0.5 added. Demand 30: 1 on 12 and 1 on 18 (both full): 0 added."""
+    a = (reached - after) / full
+    if a <= 0.0:
+        return 0.0
+    b = (reached - before) / full
+    return (a if a < 1.0 else 1.0) - (0.0 if b <= 0.0 else b if b < 1.0 else 1.0)
+
+
+def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float, before: float,
+                        queue_to_miss: float, lead_s: float, excess_minutes: float) -> MissRisk | None:
+    """The capacity misses a drain from ``before`` to ``after`` slots adds, per arrival, over one lead
+    time (the risk in requests, set against the budget in requests; docs/core.md).
+
+    Each measured moment (the six hours' rises, the week's tail, the same time of day on earlier
+    days: the moments ``exceed_probability`` counts) says how high demand reached within a lead
+    time after it, carried to today's level as there (the smaller of the scaled rise and the same
+    rise in requests). At that height the drain adds ``_added_misses`` of the arrivals, for as long
+    as the excess stands: ``excess_minutes`` of the lead time's minutes (the rises are each a
+    minute's height, halfway to its busiest tick). So a moment adds share x excess_minutes /
+    lead minutes, and the expected share is their mean. A burst that swamps both fleets adds
+    nothing (always-on misses it as well), and demand a request over the slots adds
+    1 / full of the arrivals, not all of them: a short queue, not a missed request.
+
+    E.g. 360 moments, 12 of which reach 14 on 12 slots after the drain (18 before), full 4, one
+    minute of an 11-minute lead: 12 x 0.5 x 1 / 11 / 360 = 0.15% of arrivals."""
+    level = level_now(memory)
+    ordered = memory.rises_sorted
+    n = len(ordered)
+    reach = memory.rise_reach if len(memory.rise_reach) == n else None
+    if level is None or n == 0 or reach is None:
+        return None
+    full = max(queue_to_miss, 1e-9)
+    scale = math.sqrt(level + 1.0)
+    z_at = (after - level) / scale
+    weight_per_moment = min(1.0, excess_minutes / lead_minutes(lead_s, policy.forecast.minute_s))
+
+    def added(z: float, base: float, top: float) -> float:
+        return _added_misses(min(level + z * scale, level + (top - base)), after, before, full)
+
+    hours = 0.0
+    for i in range(bisect_right(ordered, z_at), n):
+        hours += added(*reach[i])
+    share_hours = hours / n
+    share_recent, moments = share_hours, n
+    if memory.tail_minutes and n >= PRIOR_RISES:
+        z, u, last, tail_minutes = tail_view(memory, now, policy.scaling.scale_down.tail_within_h)
+        at = int(z.searchsorted(z_at, side="right"))
+        top = np.minimum(level + z[at:] * scale, level + u[at:])
+        a = np.clip((top - after) / full, 0.0, 1.0)
+        b = np.clip((top - before) / full, 0.0, 1.0)
+        tail = float((a - b).sum())
+        tail += sum(added(*r) for r in last[bisect_right(last, (z_at, math.inf, math.inf)):])
+        moments = n + tail_minutes
+        share_recent = max(share_hours, (hours + tail) / moments)
+    share_seasonal = None
+    growths, _days = seasonal_peaks(memory, policy, now, lead_s) if policy.forecast.enabled else ((), 0)
+    weight = seasonal_weight(memory) if growths else 0.0
+    share = share_recent
+    if growths:
+        # (growth g from today's level: (level + 1) x g - 1), with one pseudo-moment at the recent share
+        first = bisect_right(growths, (after + 1.0) / (level + 1.0))
+        total = sum(_added_misses((level + 1.0) * g - 1.0, after, before, full) for g in growths[first:])
+        share_seasonal = (total + share_recent) / (len(growths) + 1)
+        share = max(share_recent, (1 - weight) * share_recent + weight * share_seasonal)
+    return MissRisk(share * weight_per_moment, share_recent * weight_per_moment,
+                    None if share_seasonal is None else share_seasonal * weight_per_moment, moments, full)
 
 
 def evidence_floor(risk: Risk) -> float:

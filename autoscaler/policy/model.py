@@ -234,6 +234,21 @@ class ScaleDown(StrictModel):
         "starting at that tick): before that, the cold-start prior would decide alone, and a guess about a "
         "fleet never seen is no reason to take capacity away. 0 lets the prior decide.",
     )
+    excess_minutes: NonNegFloat | None = Field(
+        2.0, le=60,
+        description="The drain's risk in requests (docs/core.md): a measured rise that would put demand above "
+        "the remaining groups within a lead time is taken to hold the excess this many minutes, and the drain "
+        "is judged on the capacity misses it adds per arrival over the lead time (a burst that swamps the whole "
+        "fleet adds none; an excess of one request makes only some arrivals wait past the TTFT target), set "
+        "against the budget's allowed share. null: judged on the chance of any excess within the lead time "
+        "(the exceedance risk, the rule until 2026-12-04).",
+    )
+    tail_within_h: NonNegFloat | None = Field(
+        3.0, le=12,
+        description="The week's tail of measured rises (docs/core.md) counts only the hours whose time of day is "
+        "within this many hours of now's, on earlier days (the six recent hours always count): a daily cycle's "
+        "evening bursts say little about its nights. null: every hour of the week counts.",
+    )
     tick_rises: bool = Field(
         False,
         description="In a cold start, also measure a rise from a minute starting at every tick, so that 30 "

@@ -174,9 +174,11 @@ class Controller:
 
     def reload(self, loaded: LoadedPolicy, actuator: Any = None) -> None:
         """A valid edited policy, applied between ticks: takes effect from the next decision; its
-        version is recorded; ``actuator`` (when its section changed) replaces the executor's."""
+        version is recorded; ``actuator`` (when its section changed) replaces the executor's.
+        Raises RuntimeFailure, with nothing applied, when the version cannot be recorded (the
+        service keeps the edit pending and tries again)."""
         now = self.clock()
-        self.ledger.record_policy(self.run_id, loaded, at=now)
+        self.ledger.record_policy(self.run_id, loaded, at=now)  # first: a failure here changes nothing
         self.loaded, self.policy = loaded, loaded.policy
         if isinstance(self.executor, Executor):
             self.executor.set_policy(loaded.policy, actuator)

@@ -195,7 +195,8 @@ class Executor:
         # Workers are probed at the policy's URLs (self.group(...).worker_url): an old one never again.
         self.probe.retain({g.worker_url for g in policy.fleet.groups})
         now = self.clock()
-        stored = self.live.groups()
+        # Read only when a group is added: a reload must not fail half way on a read it does not need.
+        stored = self.live.groups() if any(g.name not in self.records for g in policy.fleet.groups) else {}
         for g in policy.fleet.groups:
             if g.name not in self.records:  # a group added back keeps what the records say of it
                 rec = stored.get(g.name) or GroupRecord(g.name, "off", now, worker_url=g.worker_url)

@@ -104,19 +104,30 @@ def _epoch_s(value) -> float | None:
 
 # ----------------------------------------------------------------------------------- PostgreSQL
 
-_ACQUIRE_OR_RENEW = text("""
-INSERT INTO leases AS l (name, holder, epoch, acquired_at, renewed_at, expires_at)
-VALUES (:name, :me, 1, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => :lease_s))
-ON CONFLICT (name) DO UPDATE SET
-    holder = EXCLUDED.holder,
+# Compare-and-swap, as client-go updates its Lease: a candidate never holds a lock on the lease row
+# unless it takes the lease. A plain UPDATE locks only a row whose WHERE holds on the row it sees,
+# so a standby's attempt at a held, unexpired lease locks nothing. (The former INSERT ... ON
+# CONFLICT DO UPDATE ... WHERE locked the row even when its WHERE failed: one standby stalled inside
+# that statement's transaction held off the leader's renewal until it lost the lease, issue 34 item 6.)
+_TAKE_OR_RENEW = text("""
+UPDATE leases AS l SET
+    holder = :me,
     epoch = CASE WHEN :renewing AND l.holder = :me AND l.epoch = :mine THEN l.epoch ELSE l.epoch + 1 END,
     acquired_at = CASE WHEN :renewing AND l.holder = :me AND l.epoch = :mine THEN l.acquired_at
-                       ELSE EXCLUDED.acquired_at END,
+                       ELSE clock_timestamp() END,
     renewed_at = clock_timestamp(),
     expires_at = clock_timestamp() + make_interval(secs => :lease_s)
-WHERE (:renewing AND l.holder = :me AND l.epoch = :mine AND l.expires_at >= clock_timestamp())
-   OR l.holder IS NULL OR l.expires_at IS NULL OR l.expires_at < clock_timestamp()
+WHERE l.name = :name
+  AND ((:renewing AND l.holder = :me AND l.epoch = :mine AND l.expires_at >= clock_timestamp())
+       OR l.holder IS NULL OR l.expires_at IS NULL OR l.expires_at < clock_timestamp())
 RETURNING l.epoch, l.holder, l.expires_at
+""")
+# Only when the row does not exist yet (an empty ledger): DO NOTHING never locks an existing row.
+_CREATE = text("""
+INSERT INTO leases (name, holder, epoch, acquired_at, renewed_at, expires_at)
+VALUES (:name, :me, 1, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => :lease_s))
+ON CONFLICT (name) DO NOTHING
+RETURNING epoch, holder, expires_at
 """)
 _READ = text("SELECT holder, epoch, expires_at FROM leases WHERE name = :name")
 _RELEASE = text("UPDATE leases SET expires_at = clock_timestamp() WHERE name = :name AND holder = :me AND epoch = :mine")
@@ -216,16 +227,31 @@ class PostgresLease:
             try:
                 with self.engine.connect() as conn:
                     with conn.begin():
-                        # A renewal that waits longer than the deadline is worth nothing.
-                        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(self.renew_deadline_s * 1000)}")
-                        row = conn.execute(_ACQUIRE_OR_RENEW, params).first()
+                        self.begin_lease_transaction(conn)
+                        row = conn.execute(_TAKE_OR_RENEW, params).first()
                         if row is None:
                             other = conn.execute(_READ, {"name": self.name}).first()
+                            if other is None:  # no lease row yet: the first instance creates it
+                                row = conn.execute(_CREATE, params).first()
+                                if row is None:
+                                    other = conn.execute(_READ, {"name": self.name}).first()
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 with self._lock:
                     return self._failed(exc)
             with self._lock:
                 return self._settle(row, other, renewing, began)
+
+    def begin_lease_transaction(self, conn: Connection) -> None:
+        """The timeouts of every lease transaction (right after ``begin()``): a renewal that waits
+        longer than the deadline is worth nothing (``statement_timeout``); a row lock held by
+        someone else is waited for at most ``retry_s`` (``lock_timeout``: the next retry comes
+        anyway); and a session stalled inside the transaction (a frozen process) is ended by the
+        server after ``retry_s`` idle (``idle_in_transaction_session_timeout``), which rolls it back
+        and frees the row for everyone else."""
+        retry_ms = max(1, int(self.retry_s * 1000))
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(self.renew_deadline_s * 1000)}")
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {retry_ms}")
+        conn.exec_driver_sql(f"SET LOCAL idle_in_transaction_session_timeout = {retry_ms}")
 
     def _settle(self, row, other, renewing: bool, began: float) -> LeaderState:
         if row is not None:
@@ -280,6 +306,7 @@ class PostgresLease:
             try:
                 with self.engine.connect() as conn:
                     with conn.begin():
+                        self.begin_lease_transaction(conn)
                         conn.execute(_RELEASE, {"name": self.name, "me": self.instance, "mine": epoch})
                 log.warning("leadership: %s released the lease (epoch %d)", self.instance, epoch)
             except (DBAPIError, SQLAlchemyError, OSError) as exc:  # it expires by itself in lease_s
@@ -397,7 +424,26 @@ class SqliteFlock:
         self.state = LeaderState(False, 0, None, None)
 
     def leading(self) -> bool:
-        return self._fd is not None or (self.path is None and self._epoch > 0)
+        """Held, and the lock file at the path is still the one locked (checked at every call: two
+        syscalls). A lock file removed or replaced under a running leader would let a second
+        instance lock a new file at the same path and lead too (issue 34, item 8)."""
+        if self._fd is not None:
+            return self._same_file(self._fd) is None
+        return self.path is None and self._epoch > 0
+
+    def _same_file(self, fd: int) -> str | None:
+        """None when ``fd`` is the file at the lock's path; else what happened to the path."""
+        assert self.lock_path is not None
+        try:
+            held = os.fstat(fd)
+            now = os.stat(self.lock_path, follow_symlinks=False)
+        except FileNotFoundError:
+            return f"the lock file {self.lock_path} was removed"
+        except OSError as exc:
+            return f"the lock file {self.lock_path} cannot be checked: {exc.strerror or exc}"
+        if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+            return f"the lock file {self.lock_path} was replaced by another file"
+        return None
 
     @property
     def epoch(self) -> int:
@@ -423,7 +469,18 @@ class SqliteFlock:
         return self.state
 
     def try_acquire_or_renew(self) -> LeaderState:
-        """Held for the life of the process: True once acquired; a refusal gives leader False."""
+        """Held for the life of the process: True once acquired; a refusal gives leader False. A
+        lock whose file was removed or replaced is given up (the lock no longer keeps a second
+        instance out): leader False with the reason, and the service, having led, exits 1."""
+        if self._fd is not None:
+            lost = self._same_file(self._fd)
+            if lost is None:
+                return self.state
+            log.error("leadership: %s stops leading: %s (another instance could lock a new file there)",
+                      self.instance, lost)
+            self.release()
+            self.state = LeaderState(False, self._epoch, None, None, LeaseUnavailable(lost))
+            return self.state
         if self.leading():
             return self.state
         try:

@@ -29,9 +29,10 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -52,8 +53,8 @@ from autoscaler.ledger.live import LiveLedger
 from autoscaler.ledger.schema import one_line
 from autoscaler.ledger.store import Ledger
 from autoscaler.policy.loader import LoadedPolicy, PolicyInvalid, parse_policy
-from autoscaler.policy.model import ActuatorKind, Policy
-from autoscaler.service.controller import Controller, Controls
+from autoscaler.policy.model import ActuatorKind, Group, Policy
+from autoscaler.service.controller import POLICY_KEY, Controller, Controls
 from autoscaler.service.executor import CORE_PHASE, Executor, Fence
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.shadow import ShadowFleet
@@ -66,10 +67,42 @@ log = logging.getLogger("autoscaler.service")
 SHUTDOWN_BUDGET_S = 25.0  # SIGTERM -> exit 0 within 30 s
 CUT_AFTER_S = 18.0  # an act still running this long after SIGTERM is cut (its kill and record fit the rest)
 HTTP_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
-HTTP_MAX_CONNECTIONS = 32  # more at once are refused: an idle client never holds a thread for ever
+HTTP_MAX_CONNECTIONS = 32  # handler threads at once (BoundedHTTPServer: the slowest is dropped for a newcomer)
+HTTP_HEADER_DEADLINE_S = 5.0  # the whole request head (line and headers) within this, however it trickles
 WATCH_S = 2.0  # the policy file and new operator controls are looked at this often, whatever the tick interval
 COMPACT_EVERY_S = 3600.0  # fold old hold decisions once an hour ...
 COMPACT_OLDER_THAN_S = 7 * 86400.0  # ... when they are older than a week (a 15 s tick writes 5,760 a day)
+
+
+def _identity(group: Group) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What a group is acted on as: its worker URL and its nodes (name, address), in order."""
+    return group.worker_url, tuple((n.name, n.address) for n in group.nodes)
+
+
+def identity_changes(running: Policy, edited: Policy, phases: Mapping[str, str]) -> str | None:
+    """Why ``edited`` may not replace ``running`` while groups are on (None: it may): it moves a group
+    whose phase (``phases``, the records) is not off to other nodes or another worker URL. The old
+    nodes would keep running behind records that no longer name them: never stopped, never in a
+    status sweep, never charged (issue 34, item 4). A group that is off may be moved freely."""
+    before = {g.name: g for g in running.fleet.groups}
+    moved = []
+    for g in edited.fleet.groups:
+        was = before.get(g.name)
+        phase = phases.get(g.name, "off")
+        if was is None or phase == "off" or _identity(was) == _identity(g):
+            continue
+        what = []
+        if was.worker_url != g.worker_url:
+            what.append(f"worker_url {was.worker_url} -> {g.worker_url}")
+        if _identity(was)[1] != _identity(g)[1]:
+            what.append("nodes " + ", ".join(f"{n.name} ({n.address})" for n in was.nodes) + " -> "
+                        + ", ".join(f"{n.name} ({n.address})" for n in g.nodes))
+        moved.append(f"{g.name} ({phase}): {'; '.join(what)}")
+    if not moved:
+        return None
+    return (f"fleet.groups: moving {' | '.join(moved)} is refused while not off (its old nodes would keep running "
+            f"unswept and uncharged); `autoscaler cordon GROUP` drains and stops it on its old nodes, then the edit "
+            f"applies by itself (and `autoscaler uncordon GROUP` lets it start on the new ones)")
 
 
 class PolicyFile:
@@ -154,6 +187,7 @@ class Service:
                            epoch=lambda: int(self.leadership.epoch))
         self._led_epoch: int | None = None
         self.reload_refused: str | None = None
+        self._pending: tuple[LoadedPolicy, str] | None = None  # a valid edit not applied yet (refused, or unrecorded)
         self.last_tick_ok: bool | None = None  # --once exits 1 when its tick failed
         self._control_kicked: int | None = None  # the control the watch last ran a tick for
         self._interrupted_seen = 0
@@ -223,7 +257,7 @@ class Service:
     def _become_leader(self, epoch: int) -> None:
         self._close_signals()  # a leader that lost its lease and won it back: a fresh source
         self.ledger.fence_epoch = epoch
-        loaded = self.loaded
+        loaded = self._policy_in_force(self.loaded)
         source = "advisory" if loaded.policy.actuator.kind is ActuatorKind.ADVISORY else "live"
         self._signals = self._make_signals(loaded.policy)
         self.controller = Controller(
@@ -232,6 +266,49 @@ class Service:
             warm_start=self._warm_start(),
         )
         log.info("leading with epoch %d: run %d (%s)", epoch, self.controller.run_id, source)
+
+    def _policy_in_force(self, file: LoadedPolicy) -> LoadedPolicy:
+        """The policy a new leader runs with: the file's, unless the file moves a group that the records
+        say is not off to other nodes or another worker URL (edited while no controller ran). Then the
+        policy last in force (its text is in the ledger) keeps running, so the old nodes are still
+        swept, stopped and charged, and the file's edit waits, as a refused live edit does, until the
+        group is off. Raises RuntimeFailure (not leading; tried again at the next tick) when that
+        policy cannot be read back."""
+        if file.policy.actuator.kind is ActuatorKind.ADVISORY:
+            return file  # nothing is acted on: no node can be left running
+        live = LiveLedger(self.ledger)
+        phases = {n: r.phase for n, r in live.groups().items()}
+        stored = live.load_state(POLICY_KEY) or {}
+        sha = stored.get("hash")
+        if not isinstance(sha, str) or sha == file.sha256 or all(p == "off" for p in phases.values()):
+            return file
+        from sqlalchemy import select
+
+        from autoscaler.ledger.models import PolicyVersion
+
+        with self.ledger._read() as conn:
+            text = conn.execute(select(PolicyVersion.text).where(PolicyVersion.sha256 == sha)).scalar()
+        try:
+            running = parse_policy(text, file.path) if text is not None else None
+        except (PolicyInvalid, BadInput) as exc:
+            running, why = None, one_line(exc)
+        else:
+            why = "not recorded" if running is None else ""
+        if running is None:
+            busy = ", ".join(f"{n} ({p})" for n, p in phases.items() if p != "off")
+            raise RuntimeFailure(f"the records say {busy} may be running under the policy last in force "
+                                 f"(sha256 {sha[:12]}), which cannot be read back ({why}): put the groups' nodes and "
+                                 f"worker URLs in {file.path} back as they were, then cordon what should move")
+        moved = identity_changes(running, file.policy, phases)
+        if moved is None or running.actuator.kind is not file.policy.actuator.kind:
+            return file
+        kept = LoadedPolicy(running, file.path, text or "")
+        self.policy_file.good = kept
+        self._set_policy_metrics(kept.policy, kept.sha256)
+        self._pending = (file, file.text)  # the tick's reload says why, in the log, /status and the ledger
+        log.warning("%s: the policy last in force (sha256 %s) runs until the groups the file moves are off",
+                    file.path, sha[:12])
+        return kept
 
     def _warm_start(self) -> WarmStart | None:
         """Where a first start reads its history (service.warmstart): the Prometheus the signals come
@@ -267,8 +344,12 @@ class Service:
                 self._led, self._led_epoch = True, state.epoch
                 self._kick_tick()  # the controller is built by the next tick, at once
         elif self._led and self._deposed is None and not self._stop.is_set():
-            self._deposed = (f"lease held by {state.holder}" if state.holder and state.holder != self.instance
-                             else f"the lease could not be renewed within its deadline ({state.error or 'no answer'})")
+            if state.holder and state.holder != self.instance:
+                self._deposed = f"lease held by {state.holder}"
+            elif getattr(self.leadership, "exclusive", False):  # SQLite: the lock file was removed or replaced
+                self._deposed = f"the ledger's lock was given up ({state.error or 'lost'})"
+            else:
+                self._deposed = f"the lease could not be renewed within its deadline ({state.error or 'no answer'})"
             log.error("no longer leading (%s): the act in flight is cut; exiting so that the supervisor restarts "
                       "this instance as a standby", self._deposed)
             self._stop.set()
@@ -368,11 +449,19 @@ class Service:
             self._tick_lock.release()
 
     def _reload_policy(self) -> None:
+        """Apply a policy edit between ticks, whole or not at all. A valid edit that cannot be applied
+        now (refused while a group it changes is not off, or its ledger write failed) is kept
+        pending and tried again at every tick and watch, with the reason in ``/status``
+        ``policy.error``; the hash shown is always the policy in use."""
         outcome, value, text = self.policy_file.check()
         controller = self.controller
-        if outcome == "same" or controller is None:
+        if controller is None:
             return
-        now = self.clock()
+        if outcome == "same":
+            if self._pending is not None:
+                self._apply_edit(controller, *self._pending)
+            return
+        self._pending = None  # the file changed again: what it says now is what counts
         if outcome == "restored":
             self.policy_file.error = None
             self.reload_refused = None
@@ -384,34 +473,46 @@ class Service:
         if outcome == "invalid":
             errors = value if isinstance(value, list) else ["invalid"]
             self.policy_file.error = errors[0]
+            self.reload_refused = None
+            self.metrics.reload_refused.set(0)
             self.metrics.reload_errors.inc()
             self.metrics.policy_error.set(1)
             log.error("policy edit rejected, the last good policy keeps running: %s", " | ".join(errors))
-            try:
-                self.ledger.record_rejected_policy(at=now, text=text or "", errors=errors, path=self.policy_file.path,
-                                                   run_id=controller.run_id)
-            except RuntimeFailure as exc:
-                log.error("could not record the rejected policy: %s", exc)
+            self._record_rejection(controller, text or "", errors)
             controller.save_policy_state(error=errors[0])
             return
         assert isinstance(value, LoadedPolicy)
+        self._apply_edit(controller, value, text or "")
+
+    def _record_rejection(self, controller: Controller, text: str, errors: list[str]) -> None:
+        try:
+            self.ledger.record_rejected_policy(at=self.clock(), text=text, errors=errors, path=self.policy_file.path,
+                                               run_id=controller.run_id)
+        except RuntimeFailure as exc:
+            log.error("could not record the rejected policy: %s", exc)
+
+    def _hold_edit(self, controller: Controller, value: LoadedPolicy, text: str, why: str, *, refused: bool) -> None:
+        """The edit stays pending with ``why`` shown; logged and recorded once per reason."""
+        self._pending = (value, text)
+        if why == self.policy_file.error:
+            return  # the same reason as at the last try: nothing new to say
+        self.policy_file.error = why
+        self.reload_refused = why if refused else None
+        self.metrics.reload_errors.inc()
+        self.metrics.policy_error.set(1)
+        self.metrics.reload_refused.set(1 if refused else 0)
+        if refused:
+            log.error("policy edit refused for now, the running policy keeps running: %s", why)
+            self._record_rejection(controller, text, [why])
+        else:
+            log.error("policy edit not applied, the running policy keeps running: %s", why)
+        controller.save_policy_state(error=why)
+
+    def _apply_edit(self, controller: Controller, value: LoadedPolicy, text: str) -> None:
         refused = self._refuse_live(controller, value.policy)
         if refused is not None:
-            self.policy_file.error = refused
-            self.reload_refused = refused
-            self.metrics.reload_errors.inc()
-            self.metrics.policy_error.set(1)
-            self.metrics.reload_refused.set(1)
-            log.error("policy edit refused, the running policy keeps running: %s", refused)
-            try:
-                self.ledger.record_rejected_policy(at=now, text=text or "", errors=[refused], path=self.policy_file.path,
-                                                   run_id=controller.run_id)
-            except RuntimeFailure as exc:
-                log.error("could not record the refused policy: %s", exc)
-            controller.save_policy_state(error=refused)
+            self._hold_edit(controller, value, text, refused, refused=True)
             return
-        self.reload_refused = None
-        self.metrics.reload_refused.set(0)
         old = self.loaded.policy
         old_interval = old.scaling.tick_interval_s
         actuator = None
@@ -419,11 +520,25 @@ class Service:
             # new templates or timeouts: the hands rebuilt, between ticks
             actuator = actuator_for(value.policy,
                                     fleet_id=self._fleet_id(value.policy, controller.live, controller.epoch))
+        try:
+            controller.reload(value, actuator)  # records the version first: a failure there changes nothing
+        except RuntimeFailure as exc:
+            if actuator is not None:
+                actuator.close()
+            self._hold_edit(controller, value, text,
+                            f"{value.path}: the edit (sha256 {value.sha256[:12]}) is valid but not applied yet: the "
+                            f"ledger could not record it ({one_line(exc)}); the running policy "
+                            f"(sha256 {self.loaded.sha256[:12]}) stays in use and the edit is tried again at every "
+                            f"tick", refused=False)
+            return
+        if actuator is not None:
             log.info("actuator rebuilt from the edited policy (kind %s)", value.policy.actuator.kind.value)
+        self._pending = None
+        self.reload_refused = None
+        self.metrics.reload_refused.set(0)
         self.policy_file.good = value
         self.policy_file.error = None
         self.metrics.policy_error.set(0)
-        controller.reload(value, actuator)
         self._set_policy_metrics(value.policy, value.sha256)
         log.info("policy reloaded: %s (sha256 %s)", value.path, value.sha256[:12])
         if value.policy.scaling.tick_interval_s != old_interval and self._scheduler is not None:
@@ -433,7 +548,10 @@ class Service:
     def _refuse_live(c: Controller, new: Policy) -> str | None:
         """Why a valid edit cannot be applied while running (None: it can). Never half-applied: a
         change of ``actuator.kind`` would leave the fleet's groups without the hands that started
-        them; dropping a group that is not off would leave it running, charged and invisible."""
+        them; dropping a group that is not off would leave it running, charged and invisible; so
+        would moving a group that is not off to other nodes or another worker URL (its old nodes
+        would never be stopped, swept or charged again). A refused edit is tried again at every
+        tick: once the groups it changes are off (``autoscaler cordon``), it applies by itself."""
         old = c.policy
         from autoscaler.policy.loader import live_edit_problems
 
@@ -449,7 +567,10 @@ class Service:
             busy = [f"{n} ({r.phase})" for n, r in c.executor.records.items() if n not in kept and r.phase != "off"]
             if busy:
                 return (f"fleet.groups: dropping {', '.join(busy)} is refused while not off; "
-                        f"`autoscaler cordon GROUP` drains and stops it, then drop it")
+                        f"`autoscaler cordon GROUP` drains and stops it, then the edit applies by itself")
+            moved = identity_changes(old, new, {n: r.phase for n, r in c.executor.records.items()})
+            if moved:
+                return moved
         return None
 
     def _observe(self, c: Controller) -> None:
@@ -577,7 +698,7 @@ class Service:
         host, _, port = self.settings.listen.rpartition(":")
         service = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(HeadDeadlineHandler):
             timeout = HTTP_TIMEOUT_S  # socket timeout: a client that sends nothing is dropped
 
             def log_message(self, *args) -> None:  # access logs off: one line per scrape is noise
@@ -706,27 +827,98 @@ class Service:
 
 
 class BoundedHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server with a cap on connections at once: one more is closed at once
-    (with each handler's socket timeout, an idle client cannot hold a thread for ever)."""
+    """A threading HTTP server that slow clients cannot fill (issue 34 item 10: 32 sockets each
+    sending a header line every 5 s kept ``/healthz`` at 503 for 40 s).
+
+    - **A whole-request-head deadline** (Go's ``ReadHeaderTimeout``): a connection that has not sent
+      its request line and every header within ``header_deadline_s`` of being accepted is shut
+      down by a reaper thread, however steadily it trickles bytes (the handler's socket timeout only
+      bounds the wait for *one* read).
+    - **Bounded concurrency** (``max_connections`` handler threads): when every slot is taken, the
+      connection that has been sending its head the longest is dropped to make room, so a client
+      that sends its request at once (a probe of ``/healthz``) is served; only when every slot
+      holds a complete request (answered from memory in milliseconds) is the newcomer refused
+      with 503 after a wait of at most ``SLOT_WAIT_S``.
+    """
 
     daemon_threads = True
+    SLOT_WAIT_S = 1.0
 
-    def __init__(self, *args, max_connections: int = HTTP_MAX_CONNECTIONS, **kwargs) -> None:
+    def __init__(self, *args, max_connections: int = HTTP_MAX_CONNECTIONS,
+                 header_deadline_s: float = HTTP_HEADER_DEADLINE_S, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._slots = threading.BoundedSemaphore(max_connections)
+        self.header_deadline_s = header_deadline_s
+        self._heads_lock = threading.Lock()
+        self._heads: dict[socket.socket, float] = {}  # connections still sending their head -> deadline (monotonic)
+        self._closed = threading.Event()
+        threading.Thread(target=self._reap, name="http-head-deadline", daemon=True).start()
+
+    def _reap(self) -> None:
+        while not self._closed.wait(min(0.25, self.header_deadline_s / 4)):
+            now = time.monotonic()
+            with self._heads_lock:
+                late = [sock for sock, deadline in self._heads.items() if deadline <= now]
+                for sock in late:
+                    del self._heads[sock]
+            for sock in late:
+                self._cut(sock)
+
+    @staticmethod
+    def _cut(sock: socket.socket) -> None:
+        """Shut the connection down: its handler's blocked read returns at once and the thread ends."""
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def head_done(self, sock: socket.socket) -> None:
+        """The handler has read the whole request head: the deadline no longer applies."""
+        with self._heads_lock:
+            self._heads.pop(sock, None)
 
     def process_request(self, request, client_address) -> None:
         if not self._slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
+            with self._heads_lock:
+                slowest = min(self._heads, key=self._heads.__getitem__, default=None)
+                if slowest is not None:
+                    del self._heads[slowest]
+            if slowest is not None:
+                self._cut(slowest)  # its thread ends and frees a slot
+            if slowest is None or not self._slots.acquire(timeout=self.SLOT_WAIT_S):
+                try:
+                    request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+                self.shutdown_request(request)
+                return
+        with self._heads_lock:
+            self._heads[request] = time.monotonic() + self.header_deadline_s
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.head_done(request)
+            self._slots.release()
+            raise
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self.head_done(request)
             self._slots.release()
+
+    def server_close(self) -> None:
+        self._closed.set()
+        super().server_close()
+
+
+class HeadDeadlineHandler(BaseHTTPRequestHandler):
+    """A handler that tells a ``BoundedHTTPServer`` when the request head is in (its deadline ends)."""
+
+    def parse_request(self) -> bool:
+        try:
+            return super().parse_request()  # reads the headers
+        finally:
+            if isinstance(self.server, BoundedHTTPServer):
+                self.server.head_done(self.connection)

@@ -155,7 +155,7 @@ def oracle_schedule(trace: Trace, policy: Policy) -> tuple[np.ndarray, np.ndarra
     arrival and held a slot for its service time (all input at the prefill speed + output at the
     decode speed); needed[m] = ceil(demand / requests per group) within floor and ceiling.
     """
-    sim, fleet = policy.simulation, policy.fleet
+    sim = policy.simulation
     t0, t1 = trace.span_s
     minutes = max(1, math.ceil((t1 - t0) / 60.0))
     svc = service_times_s(trace.input_tokens, trace.output_tokens, sim.prefill_tokens_per_s, sim.decode_tokens_per_s)
@@ -175,9 +175,40 @@ def oracle_schedule(trace: Trace, policy: Policy) -> tuple[np.ndarray, np.ndarra
     before = np.searchsorted(times, edges, side="left") - 1
     carried = np.where(before >= 0, level[np.maximum(before, 0)], 0.0)
     demand = np.maximum(demand, carried)
+    return demand, groups_needed(demand, policy)
+
+
+def groups_needed(demand: np.ndarray, policy: Policy) -> np.ndarray:
+    """ceil(demand / requests per group) within floor and ceiling, per minute."""
+    fleet = policy.fleet
     needed = np.ceil(demand / fleet.requests_per_group - 1e-9).astype(int)
-    needed = np.clip(needed, fleet.floor_groups, fleet.ceiling_groups)
-    return demand, needed
+    return np.clip(needed, fleet.floor_groups, fleet.ceiling_groups)
+
+
+# The rate oracle's draws (docs/interfaces.md, "Rate oracle"): seeds s + 100 ... s + 107.
+RATE_ORACLE_DRAWS = 8
+RATE_ORACLE_SEED_OFFSET = 100
+
+
+def rate_oracle_demand(trace: Trace, policy: Policy, draws: int = RATE_ORACLE_DRAWS) -> np.ndarray | None:
+    """The rate oracle's per-minute demand of each of its draws, shape (draws, minutes), or None for a
+    trace of recorded arrivals (no rate windows to draw again).
+
+    For a trace drawn with seed s at load scale f (``loadscale.draw_rate_trace``), draw i is the same
+    windows' rates and fitted shapes drawn with seed s + 100 + i at the same f: other arrivals and
+    lengths, the same future rate. Each draw's demand is the oracle's (``oracle_schedule``) on the same
+    span, so minute m of every draw is the same minute of the trace."""
+    src, scale = trace.rate_source, trace.load_scale
+    if src is None or scale is None:
+        return None
+    from autoscaler.sim.loadscale import draw_rate_trace  # (loadscale imports nothing from here)
+
+    rows = []
+    for i in range(draws):
+        other = draw_rate_trace(src, scale.factor, scale.seed + RATE_ORACLE_SEED_OFFSET + i)
+        rows.append(oracle_schedule(other, policy)[0])
+    width = min(len(r) for r in rows)  # the same span: equal lengths, kept safe
+    return np.stack([r[:width] for r in rows])
 
 
 class OracleController:
@@ -187,11 +218,13 @@ class OracleController:
 
     uses_signals = False  # the engine hands it None and skips building signals
 
-    def __init__(self, trace: Trace, policy: Policy):
+    def __init__(self, trace: Trace, policy: Policy, needed: np.ndarray | None = None):
         self.period_s = 15.0
         self.policy = policy
         t0 = trace.span_s[0]
-        self.demand, needed = oracle_schedule(trace, policy)
+        self.demand: np.ndarray | None = None  # per-minute demand, when computed here
+        if needed is None:
+            self.demand, needed = oracle_schedule(trace, policy)
         startup = policy.simulation.startup_s
         names = policy.fleet.group_names()
         self.actions: list[tuple[float, str, str]] = []  # (time, "start"|"drain", group)
@@ -237,5 +270,26 @@ class OracleController:
         pass
 
 
-__all__ = ["CoreController", "HpaController", "OracleController", "StaticController", "oracle_schedule",
+class RateOracleController(OracleController):
+    """The rate oracle (docs/interfaces.md): the oracle's schedule rule on a need it could know
+    ahead, the future rate and shape of each window but not its draws. The need each minute is the
+    largest of the eight draws' (``rate_oracle_demand``), in groups; the trace's own arrivals are
+    replayed with that schedule. ``quantile`` (a check, not the reference): the need at that
+    quantile of the draws instead of their maximum."""
+
+    def __init__(self, trace: Trace, policy: Policy, demand: np.ndarray | None = None, quantile: float = 1.0):
+        draws = rate_oracle_demand(trace, policy) if demand is None else demand
+        if draws is None:
+            raise ValueError("the rate oracle needs a trace drawn from rate windows (ServeGen)")
+        self.draws = draws
+        level = draws.max(axis=0) if quantile >= 1.0 else np.quantile(draws, quantile, axis=0)
+        minutes = max(1, math.ceil((trace.span_s[1] - trace.span_s[0]) / 60.0))
+        if len(level) < minutes:  # (never for one span; a defensive pad with the last minute's need)
+            level = np.concatenate([level, np.full(minutes - len(level), level[-1] if len(level) else 0.0)])
+        super().__init__(trace, policy, needed=groups_needed(level[:minutes], policy))
+        self.demand = level[:minutes]
+
+
+__all__ = ["CoreController", "HpaController", "OracleController", "RateOracleController", "StaticController",
+           "groups_needed", "oracle_schedule", "rate_oracle_demand",
            "GroupSignals"]

@@ -274,25 +274,8 @@ def _scale_rates(src: RateTrace, target: float, prefill: float, decode: float, s
     w_peak = int(np.argmax(total))
     source_peak = float(total[w_peak]) * ms
     factor = target / source_peak
-    rng = np.random.default_rng(seed)
-    t = draw_arrivals(src, factor, rng)
-    if t.size == 0:
-        raise BadInput(f"{src.path}: load scale {factor:.3g} draws no request")
-    pick = rng.integers(0, lengths.shape[0], size=t.size)
-    out = Trace(
-        format=src.format,
-        path=src.path,
-        start_epoch_s=src.start_epoch_s,
-        t_s=t,
-        input_tokens=lengths[pick, 0].copy(),
-        output_tokens=lengths[pick, 1].copy(),
-        session=np.full(t.size, -1, dtype=np.int64),
-        prefix_blocks=None,
-        span_s=src.span_s,
-        requests_read=src.requests_read,
-        bad_rows=src.bad_rows,
-        gap_windows=list(src.gap_windows),
-    )
+    out = draw_rate_trace(src, factor, seed)
+    t = out.t_s
     drawn_n, _ = busiest_window(t)
     out.load_scale = LoadScale(
         factor=factor,
@@ -306,6 +289,34 @@ def _scale_rates(src: RateTrace, target: float, prefill: float, decode: float, s
         seed=seed,
     )
     return out, factor
+
+
+def draw_rate_trace(src: RateTrace, factor: float, seed: int) -> Trace:
+    """One draw of a ServeGen trace at load scale ``factor``: arrivals from each client's fitted
+    family (``draw_arrivals``), then each request's lengths from the length table, both from one
+    generator seeded ``seed``. The same (src, factor, seed) always gives the same requests; the
+    rate oracle (docs/interfaces.md) replays other seeds of it. ``rate_source`` keeps ``src``."""
+    lengths = length_table()
+    rng = np.random.default_rng(seed)
+    t = draw_arrivals(src, factor, rng)
+    if t.size == 0:
+        raise BadInput(f"{src.path}: load scale {factor:.3g} draws no request")
+    pick = rng.integers(0, lengths.shape[0], size=t.size)
+    return Trace(
+        format=src.format,
+        path=src.path,
+        start_epoch_s=src.start_epoch_s,
+        t_s=t,
+        input_tokens=lengths[pick, 0].copy(),
+        output_tokens=lengths[pick, 1].copy(),
+        session=np.full(t.size, -1, dtype=np.int64),
+        prefix_blocks=None,
+        span_s=src.span_s,
+        requests_read=src.requests_read,
+        bad_rows=src.bad_rows,
+        gap_windows=list(src.gap_windows),
+        rate_source=src,
+    )
 
 
 # --------------------------------------------------------------------------------- ServeGen arrivals
@@ -420,6 +431,7 @@ __all__ = [
     "busiest_window",
     "derive_length_table",
     "draw_arrivals",
+    "draw_rate_trace",
     "format_length_table",
     "length_table",
     "offered_concurrency",

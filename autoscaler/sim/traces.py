@@ -89,6 +89,9 @@ class Trace:
     bad_rows: int  # rows skipped with skip_bad_rows
     gap_windows: list[tuple[float, float]]  # ServeGen collection gaps, seconds since start
     load_scale: LoadScale | None = None  # set by loadscale.scale_trace: how this trace was scaled
+    # ServeGen: the rate windows this trace was drawn from (loadscale.draw_rate_trace), so the rate
+    # oracle can draw the same windows again with other seeds; None for recorded arrivals.
+    rate_source: RateTrace | None = None
 
     def __len__(self) -> int:
         return int(self.t_s.shape[0])
