@@ -98,7 +98,7 @@ def table_rows(out: dict[str, Any], policy: Policy) -> list[list[str]]:
             ([f"budget {budget_text(p['dominated_by_budget'])}%"] if p["dominated_by_budget"] is not None else [])
             + p["verdict"]["dominated_by"])
         if p[BUDGET_KEY] == rec:
-            mark += " recommended"
+            mark += " recommended" if mark == "*" else ", recommended"
         rows.append(row("ours", f"budget {budget_text(p[BUDGET_KEY])}%", p, mark))
     rows.append(row("always-on", "", ref["static"], ""))
     rows.append(row("oracle", "clairvoyant", ref["oracle"], ""))

@@ -328,7 +328,8 @@ def recommend(points: list[dict[str, Any]], ref: dict[str, Any], slo_bar_pp: flo
               f"{best['savings_pct']:.2f}% of node-hours ({m['saving_variable_per_month']:,.2f} {m['currency']} a month "
               f"of variable cost) at {best['verdict']['slo_gap_vs_static_pp']:.3f} pp below always-on{outer}")
     if best["verdict"]["dominated_by"]:
-        reason += "; " + ", ".join(best["verdict"]["dominated_by"]) + " reach that SLO for fewer node-hours"
+        reason += ("; a setting of " + " and of ".join(best["verdict"]["dominated_by"])
+                   + " reaches that SLO for fewer node-hours")
     return {BUDGET_KEY: best[BUDGET_KEY], "reason": reason}, reason
 
 
