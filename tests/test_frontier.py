@@ -66,9 +66,11 @@ def policy_file(folder: Path, budget: str, text: str | None = None) -> Path:
 
 @pytest.fixture(scope="module")
 def frontier(tmp_path_factory) -> tuple[dict, Path]:
-    page = tmp_path_factory.mktemp("frontier") / "frontier.html"
-    out = run_json("simulate", "--policy", str(POLICY), "--trace", DEMO_TRACE, "--frontier", BUDGETS,
-                   "--compare", "--plot", str(page))
+    folder = tmp_path_factory.mktemp("frontier")
+    page = folder / "frontier.html"
+    # The policy's own budget (1%) is none of the three, so that the recommended one is a change.
+    out = run_json("simulate", "--policy", str(policy_file(folder, "1")), "--trace", DEMO_TRACE, "--frontier",
+                   BUDGETS, "--compare", "--plot", str(page))
     return out, page
 
 
@@ -114,8 +116,9 @@ def test_the_recommendation_applied_reproduces_its_numbers(frontier, tmp_path):
     assert rec["reason"] == out["advice"]
     # Applied as an operator would: the diff onto a copy of the policy file, with patch(1).
     copy = tmp_path / "policy.yaml"
-    shutil.copy(POLICY, copy)
-    diff = rec["policy_diff"].replace(str(POLICY), "policy.yaml")
+    source = rec["policy_diff"].splitlines()[0].removeprefix("--- ")
+    shutil.copy(source, copy)
+    diff = rec["policy_diff"].replace(source, "policy.yaml")
     done = subprocess.run(["patch", "-p0", "--no-backup-if-mismatch"], input=diff, text=True, cwd=tmp_path,
                           capture_output=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -210,7 +210,9 @@ def html_frontier(fr: dict[str, Any], title: str, rows: list[list[str]], header:
              "setting; ours over the SLO error budget (filled: no other point reaches its SLO for fewer "
              "node-hours; ringed: recommended). Up is cheaper, right loses more SLO.</figcaption></figure>")
     table = ["<table><thead><tr>" + "".join(f"<th>{esc(t)}</th>" for t in header) + "</tr></thead><tbody>"]
-    table += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
+    # The last column (what dominates a point) may wrap: the report's cells do not.
+    table += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r[:-1]) + f"<td style='white-space: normal'>{esc(r[-1])}"
+              "</td></tr>" for r in rows]
     table.append("</tbody></table>")
     notes = "".join(f"<li>{esc(n)}</li>" for n in fr["warnings"])
     if rec is not None and rec.get("policy_diff"):
