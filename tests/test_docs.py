@@ -386,10 +386,10 @@ def docs_prometheus(tmp_path: Path) -> Iterator[FixtureFn]:
         w.proc.kill()
 
 
-def build_history(d: Path) -> None:
-    """TSDB blocks of recorded counters, as docs/backtest-from-prometheus.md makes them: the first 6
-    hours of the vendored ServeGen trace at peak use 0.5 for the default policy, counted into g1's
-    worker's three counters (instance 10.0.0.11:30000) every 15 s."""
+def build_history(d: Path, hours: int = 6) -> None:
+    """TSDB blocks of recorded counters, as docs/backtest-from-prometheus.md makes them: the first
+    ``hours`` of the vendored ServeGen trace at peak use 0.5 for the default policy, counted into g1's
+    worker's three counters (instance 10.0.0.11:30000) every 15 s (tests/test_frontier.py takes a day)."""
     import numpy as np
 
     from autoscaler.policy.loader import load_policy
@@ -399,7 +399,7 @@ def build_history(d: Path) -> None:
     policy = load_policy(REPO / "policies" / "default.yaml").policy
     trace, _, _ = prepare_trace(str(REPO / "examples/traces/servegen-m-small"), "auto", policy, 0.5, 0)
     epoch = trace.start_epoch_s + trace.t_s
-    times = np.arange(epoch[0] - epoch[0] % 86400, epoch[0] - epoch[0] % 86400 + 6 * 3600 + 1, 15.0)
+    times = np.arange(epoch[0] - epoch[0] % 86400, epoch[0] - epoch[0] % 86400 + hours * 3600 + 1, 15.0)
     n = np.searchsorted(epoch, times, side="right")
     counts = {"sglang:num_requests_total": n,
               "sglang:prompt_tokens_total": np.concatenate([[0], np.cumsum(trace.input_tokens)])[n],

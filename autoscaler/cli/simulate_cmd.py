@@ -23,8 +23,10 @@ from autoscaler.sim.backtest import (
     reference_names,
     results_json,
 )
+from autoscaler.sim.frontier import DEFAULT_BUDGETS, parse_budgets, policy_with_budget
 from autoscaler.sim.refcache import ReferenceCache, default_dir
 from autoscaler.sim.timeline import check_plot_path, minute_rows, write_plot, write_timeline
+from autoscaler.sim.traces import Trace
 
 FORMATS = ("auto", "azure", "mooncake", "servegen", "csv")
 # --peak-utilization: below 1% of the ceiling's slots at the busiest 5 minutes no fleet is sized,
@@ -69,6 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where reference replays are cached, keyed by trace, load, seed, fleet model, setting and "
                         "code (default $XDG_CACHE_HOME/fleet-autoscaler/references, or under ~/.cache)")
     p.add_argument("--no-reference-cache", action="store_true", help="replay every reference, read and write no cache")
+    p.add_argument("--frontier", nargs="?", const=DEFAULT_BUDGETS, default=None, metavar="LIST",
+                   help="replay once per SLO error budget (slo.capacity_miss_budget_pct, comma-separated percents, "
+                        f"each above 0 and at most 100; default {DEFAULT_BUDGETS}) beside the references of "
+                        "'--compare sweep' (or '--compare' alone: the peers at their defaults), and recommend one "
+                        "(docs/backtest.md#choosing-a-budget-the-frontier); --plot draws it")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeline-out", metavar="FILE.csv", help="write one row per minute of our replay")
     p.add_argument("--plot", metavar="FILE", help="draw demand against active nodes (.html or .svg)")
@@ -130,6 +137,12 @@ def _run(args: argparse.Namespace) -> int:
                        f"(0: a cold start)")
     if args.step is not None and args.step <= 0:
         raise BadInput(f"--step: {args.step} must be a number of seconds above 0")
+    budgets = None if args.frontier is None else parse_budgets(args.frontier)
+    if budgets is not None:
+        for flag, given in (("--db", args.db), ("--timeline-out", args.timeline_out)):
+            if given:
+                raise BadInput(f"simulate --frontier: {flag} records one replay, not a frontier; run simulate "
+                               f"{flag} with the budget chosen")
     # Every output before any work (a 14-day replay must not end in "cannot write").
     check_db_output("--db", args.db)
     if args.plot:
@@ -140,33 +153,23 @@ def _run(args: argparse.Namespace) -> int:
         raise BadInput(f"--plot and --timeline-out: both are {args.plot}; give two files")
     loaded = load_policy(args.policy)
     policy = loaded.policy
+    # The policy once per budget, from its own text with the budget's line changed (a flow-style slo
+    # section is bad input here, before any replay).
+    variants = None if budgets is None else {b: policy_with_budget(loaded.text, loaded.path, b)[0] for b in budgets}
     started = time.perf_counter()
-    if args.from_prometheus:
-        trace, factor, info = prepare_prometheus_trace(
-            args.from_prometheus, args.from_, args.to, policy,
-            step_s=DEFAULT_STEP_S if args.step is None else args.step, seed=args.seed,
-            peak_utilization=args.peak_utilization, selector=args.selector, timeout_s=DEFAULT_TIMEOUT_S,
-        )
-        label = f"prometheus {info['url']} {info['from']}..{info['to']}"
-    else:
-        start_at = None if args.start_at is None else datetime.fromtimestamp(args.start_at, tz=timezone.utc)
-        peak = 0.5 if args.peak_utilization is None else args.peak_utilization
-        trace, factor, info = prepare_trace(args.trace, args.trace_format, policy, peak, args.seed,
-                                            start_at, args.skip_bad_rows)
-        label = args.trace
+    trace, factor, info, label = _prepare(args, policy)
     warmup_s = args.warmup_hours * 3600.0
     span_s = trace.span_s[1] - trace.span_s[0]
     if warmup_s > 0 and warmup_s >= span_s:
         raise BadInput(f"--warmup-hours: {args.warmup_hours:g} h is not shorter than the trace's span "
                        f"({span_s / 3600.0:.4g} h as replayed, after load scaling): nothing would be scored")
     progress = _Progress()
+    if variants is not None:
+        from autoscaler.cli.frontier_cmd import run_frontier
+
+        return run_frontier(args, loaded, variants, trace, factor, info, warmup_s, started, progress)
     compare, sweep = args.compare is not None, args.compare == "sweep"
-    cache = None
-    cached: dict[str, dict] = {}
-    if compare and not args.no_reference_cache:
-        root = Path(args.reference_cache) if args.reference_cache else default_dir()
-        cache = ReferenceCache(root, trace, factor, args.seed, policy, warmup_s)
-        cached = cache.lookup(reference_names(policy, sweep))
+    cache, cached = reference_cache(args, trace, factor, policy, warmup_s, sweep) if compare else (None, {})
     runs = backtest(trace, factor, policy, compare=compare, seed=args.seed, keep_decisions=bool(args.db),
                     progress=progress, sweep=sweep, skip=frozenset(cached), warmup_s=warmup_s)
     progress.done()
@@ -175,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
             if name != "ours":
                 cache.put(name, run.summary)
     out = results_json(runs, policy, info, time.perf_counter() - started, cached, warmup_s)
-    out["scored_from"] = iso(trace.start_epoch_s + trace.span_s[0] + warmup_s)
+    out["scored_from"] = scored_from(trace, warmup_s)
     ours = runs["ours"]
     nodes = policy.fleet.group_size_nodes
     if args.timeline_out or args.plot:
@@ -198,7 +201,39 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-_SHORT = {"kpa": "knative-kpa", "apa": "aibrix-apa", "aibrix_kpa": "aibrix-kpa", "ray_serve": "ray-serve", "dynamo_planner": "dynamo"}
+def _prepare(args: argparse.Namespace, policy) -> tuple[Trace, float, dict, str]:
+    """The trace as replayed (from the file or from Prometheus), its load scale, its info and a label."""
+    if args.from_prometheus:
+        trace, factor, info = prepare_prometheus_trace(
+            args.from_prometheus, args.from_, args.to, policy,
+            step_s=DEFAULT_STEP_S if args.step is None else args.step, seed=args.seed,
+            peak_utilization=args.peak_utilization, selector=args.selector, timeout_s=DEFAULT_TIMEOUT_S,
+        )
+        return trace, factor, info, f"prometheus {info['url']} {info['from']}..{info['to']}"
+    start_at = None if args.start_at is None else datetime.fromtimestamp(args.start_at, tz=timezone.utc)
+    peak = 0.5 if args.peak_utilization is None else args.peak_utilization
+    trace, factor, info = prepare_trace(args.trace, args.trace_format, policy, peak, args.seed,
+                                        start_at, args.skip_bad_rows)
+    return trace, factor, info, args.trace
+
+
+def scored_from(trace: Trace, warmup_s: float) -> str:
+    """``scored_from``: the first instant a summary scores (the trace's start after the warm-up)."""
+    return iso(trace.start_epoch_s + trace.span_s[0] + warmup_s)
+
+
+def reference_cache(args: argparse.Namespace, trace: Trace, factor: float, policy, warmup_s: float,
+                    sweep: bool) -> tuple[ReferenceCache | None, dict[str, dict]]:
+    """The reference cache of ``--compare`` (None with --no-reference-cache) and what it holds."""
+    if args.no_reference_cache:
+        return None, {}
+    root = Path(args.reference_cache) if args.reference_cache else default_dir()
+    cache = ReferenceCache(root, trace, factor, args.seed, policy, warmup_s)
+    return cache, cache.lookup(reference_names(policy, sweep))
+
+
+_SHORT = {"kpa": "knative-kpa", "apa": "aibrix-apa", "aibrix_kpa": "aibrix-kpa", "ray_serve": "ray-serve",
+          "dynamo_planner": "dynamo"}
 
 
 def args_sweep(ref: dict) -> bool:
