@@ -177,7 +177,8 @@ def node_hours_by_state(capsys, url: str) -> dict:
 IDLE_CASES = [
     ({"kind": "advisory", "stopped_power_state": "idle"}, "idle"),
     ({"kind": "command", "start": ["start-node"], "stop": ["stop-node"], "status": ["status-node"]}, "idle"),
-    ({"kind": "command", "start": ["s"], "stop": ["t"], "status": ["u"], "power_off": ["ipmitool", "off"]}, "off"),
+    ({"kind": "command", "start": ["s"], "stop": ["t"], "status": ["u"], "power_off": ["ipmitool", "off"],
+      "power_status": ["ipmitool", "status"]}, "off"),
     ({"kind": "advisory"}, "off"),
 ]
 

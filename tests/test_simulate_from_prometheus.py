@@ -236,8 +236,8 @@ def test_compare_timeline_plot_and_ledger_work_on_the_replay(recorded, policies,
                         "--from", iso(START), "--to", iso(START + 3 * 3600), "--compare",
                         "--timeline-out", str(timeline), "--plot", str(plot), "--db", f"sqlite:///{db}")
     ref = out["reference"]
-    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "oracle_rate", "kpa", "apa", "ray_serve",
-                        "dynamo_planner"}
+    assert set(ref) == {"static", "hpa", "hpa_sweep", "oracle", "oracle_rate", "kpa", "apa", "aibrix_kpa",
+                        "ray_serve", "dynamo_planner"}
     assert ref["oracle_rate"] is None  # a Prometheus history is recorded arrivals
     for summary in [ref["static"], ref["hpa"], ref["oracle"], *ref["hpa_sweep"]]:
         assert KEYS - {"trace", "model"} <= set(summary) and summary["requests"] == out["requests"]
