@@ -268,6 +268,12 @@ def _charged_active_s(db: str, nodes: tuple[str, str]) -> float:
         engine.dispose()
 
 
+def _iso_s(value: str) -> float:
+    """Seconds since the epoch of an ISO time as /status gives it (UTC when it names no zone)."""
+    at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+
+
 def _ledger_unobserved_s(db: str) -> float:
     """From the crashed run's last record to the restart's first decision, by the ledger's own clock.
     A tick stamps its records with the time the tick began, so under load the crash can come seconds
@@ -326,8 +332,10 @@ def _kill_scenario(base: Path, point: str) -> dict:
             again, url2 = run_proc(tmp, policy, db, gw.url, name="again")
             with again:
                 t0 = time.monotonic()
-                wait_until(lambda: status(url2)["last_decision"], 30, what="the restart decides", proc=again,
-                           interval_s=0.25)
+                # The restart's own decision: /status shows the ledger's last one, which until the restart
+                # decides is the crashed run's (taken before the crash).
+                wait_until(lambda: (d := status(url2)["last_decision"]) and _iso_s(d["at"]) > dead_at, 30,
+                           what="the restart decides", proc=again, interval_s=0.25)
                 unobserved_s = time.time() - dead_at  # from the crash to the restart's first reconcile
                 # The bound is the wait itself (it raises, saying what still disagrees); six scenarios share
                 # two cores here, so it is generous: a real restart settles in a few ticks.
