@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_loadscale import _rate_trace as loadscale_rate_trace
 
 from autoscaler.policy import load_policy
 from autoscaler.sim.backtest import applies, backtest, reference_json, reference_names, verdict
@@ -26,15 +27,8 @@ POLICY = load_policy(ROOT / "policies/default.yaml").policy
 
 
 def _rate_trace(rate: np.ndarray, shape: float = 0.5) -> RateTrace:
-    rate = np.atleast_2d(np.asarray(rate, dtype=np.float64))
-    nc, nw = rate.shape
-    return RateTrace(
-        format="servegen", path="synthetic", start_epoch_s=0.0, window_s=600.0,
-        window_start_s=np.arange(nw) * 600.0, clients=[f"c{i}" for i in range(nc)], rate=rate,
-        cv=np.zeros_like(rate), family=np.full(rate.shape, GAMMA, dtype=np.int8),
-        shape=np.full(rate.shape, shape), scale=np.zeros_like(rate), span_s=(0.0, nw * 600.0),
-        requests_read=rate.size, bad_rows=0, gap_windows=[],
-    )
+    """Gamma clients (test_loadscale's builder) with inter-arrival shape 0.5: bursty, CV sqrt(2)."""
+    return loadscale_rate_trace(rate, GAMMA, shape)
 
 
 def _scaled(src: RateTrace, seed: int, pu: float = 0.5) -> Trace:
