@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli.frontier_cmd import header, print_frontier, table_rows
+from autoscaler.cli.frontier_plot import curves
 from autoscaler.ledger.store import Ledger
 from autoscaler.policy import load_policy
 from autoscaler.sim import frontier as fr
@@ -179,6 +180,21 @@ def test_the_text_output_marks_points_and_recommends(frontier, capsys):
     assert "recommendation: " + out["advice"] in lines
     assert f"+  capacity_miss_budget_pct: {fr.budget_text(rec)}  #" in stdout
     assert sum(line.startswith("warning: ") for line in lines) == 2
+
+
+def test_a_time_constant_grid_names_both_values(frontier):
+    """With ``--compare sweep`` a peer's grid crosses its target with a time constant: Knative KPA's
+    target 0.5 at each scale-down delay is its own row (and point of the picture), named by both."""
+    out, _ = frontier
+    policy = load_policy(POLICY).policy
+    kpa = out["reference"]["kpa"]
+    grid = [{**kpa, "knob": "target_utilization", "target_utilization": 0.5, "time_knob": "scale_down_delay_s",
+             "scale_down_delay_s": delay} for delay in (0.0, 300.0)]
+    swept = {**out, "reference": {**out["reference"], "kpa_sweep": grid}}
+    settings = [r[1] for r in table_rows(swept, policy) if r[0] == "Knative KPA"]
+    assert settings == ["target 0.5, scale_down_delay_s 0", "target 0.5, scale_down_delay_s 300"]
+    labels = [label for s in curves(swept) if s["name"] == "Knative KPA" for *_, label in s["points"]]
+    assert labels == ["0.5/0", "0.5/300"], labels
 
 
 # ------------------------------------------------------------------------------ the picture

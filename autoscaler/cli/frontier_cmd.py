@@ -111,6 +111,8 @@ def table_rows(out: dict[str, Any], policy: Policy) -> list[list[str]]:
         knob = peer_knob(peer)
         for p in sweep or ([ref[peer]] if ref.get(peer) else []):
             setting = f"{KNOB_LABELS.get(knob, knob)} {p[knob]:g}" if knob in p else "default"
+            if (tk := p.get("time_knob")) and tk in p:  # a time-constant grid's point: both its values
+                setting += f", {tk} {p[tk]:g}"
             rows.append(row(NAMES.get(peer, peer), setting, p, ""))
     return rows
 

@@ -45,7 +45,9 @@ def curves(fr: dict[str, Any]) -> list[dict[str, Any]]:
         sweep = ref.get(f"{peer}_sweep")
         if sweep:
             knob = peer_knob(peer)
-            others.append((peer, [(p, f"{p[knob]:g}") for p in sweep]))
+            # (a time-constant grid's point is labelled by both values: 0.5/300)
+            others.append((peer, [(p, f"{p[knob]:g}" + (f"/{p[tk]:g}" if (tk := p.get("time_knob")) and tk in p else ""))
+                                  for p in sweep]))
         elif ref.get(peer):
             others.append((peer, [(ref[peer], "")]))
     for i, (name, pts) in enumerate(others):
