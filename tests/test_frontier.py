@@ -188,13 +188,22 @@ def test_a_time_constant_grid_names_both_values(frontier):
     out, _ = frontier
     policy = load_policy(POLICY).policy
     kpa = out["reference"]["kpa"]
+    # (the longer delay keeps more SLO and saves less: neither beats the other, both are drawn)
     grid = [{**kpa, "knob": "target_utilization", "target_utilization": 0.5, "time_knob": "scale_down_delay_s",
-             "scale_down_delay_s": delay} for delay in (0.0, 300.0)]
+             "scale_down_delay_s": delay, "slo_attainment": kpa["slo_attainment"] + delay / 1e5,
+             "savings_pct": kpa["savings_pct"] - delay / 100} for delay in (0.0, 300.0)]
     swept = {**out, "reference": {**out["reference"], "kpa_sweep": grid}}
     settings = [r[1] for r in table_rows(swept, policy) if r[0] == "Knative KPA"]
     assert settings == ["target 0.5, scale_down_delay_s 0", "target 0.5, scale_down_delay_s 300"]
     labels = [label for s in curves(swept) if s["name"] == "Knative KPA" for *_, label in s["points"]]
-    assert labels == ["0.5/0", "0.5/300"], labels
+    assert sorted(labels) == ["0.5/0", "0.5/300"], labels
+    # A setting another of the same peer beats (less saving for more SLO lost) is in the table, not the line.
+    beaten = {**grid[1], "scale_down_delay_s": 900.0, "slo_attainment": grid[0]["slo_attainment"] - 0.01,
+              "savings_pct": grid[0]["savings_pct"] - 5}
+    swept["reference"]["kpa_sweep"] = grid + [beaten]
+    assert len([r for r in table_rows(swept, policy) if r[0] == "Knative KPA"]) == 3
+    labels = [label for s in curves(swept) if s["name"] == "Knative KPA" for *_, label in s["points"]]
+    assert sorted(labels) == ["0.5/0", "0.5/300"], labels
 
 
 # ------------------------------------------------------------------------------ the picture

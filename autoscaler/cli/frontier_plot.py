@@ -52,7 +52,7 @@ def curves(fr: dict[str, Any]) -> list[dict[str, Any]]:
             others.append((peer, [(ref[peer], "")]))
     for i, (name, pts) in enumerate(others):
         out.append({"name": NAMES.get(name, name), "color": COLORS[i % len(COLORS)], "ours": False,
-                    "points": [xy(p, label) for p, label in pts]})
+                    "points": _efficient([xy(p, label) for p, label in pts])})
     singles = [("always-on (0, 0)", ref["static"]), ("oracle", ref["oracle"])]
     if ref.get("oracle_rate"):
         singles.append(("rate oracle", ref["oracle_rate"]))
@@ -171,6 +171,17 @@ def svg_frontier(fr: dict[str, Any], title: str, show_title: bool = True) -> str
     return "".join(parts)
 
 
+def _efficient(pts: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """A reference's settings that none of its others beats (as much saving or more for no more SLO
+    lost), by SLO lost: its own frontier, the line drawn for it. A grid of targets x time constants
+    drawn whole zigzags between its time constants; every setting stays in the table."""
+    out: list[tuple[float, float, str]] = []
+    for p in sorted(pts, key=lambda q: (q[0], -q[1])):
+        if not out or p[1] > out[-1][1]:
+            out.append(p)
+    return out
+
+
 def _point_labels(pts: list[tuple[float, float, str]]) -> dict[int, str]:
     """Our budgets written once per place (``pts`` in pixels): neighbouring points closer than a
     label's height share one label, e.g. '0.1-4%' when all six keep the ceiling on."""
@@ -208,13 +219,15 @@ def html_frontier(fr: dict[str, Any], title: str, rows: list[list[str]], header:
     esc = html.escape
     rec = fr.get("recommended")
     headline = f"<p><b>{esc(fr['advice'][0].upper() + fr['advice'][1:])}.</b></p>"
-    chart = (f"<figure>{svg_frontier(fr, title, show_title=False)}<figcaption>Each line is one controller swept over its main "
-             "setting; ours over the SLO error budget (filled: no other point reaches its SLO for fewer "
+    chart = (f"<figure>{svg_frontier(fr, title, show_title=False)}<figcaption>Each line is one controller swept over its "
+             "settings (a reference's line joins those none of its others beats; the table has them all); ours over the SLO error budget (filled: no other point reaches its SLO for fewer "
              "node-hours; ringed: recommended). Up is cheaper, right loses more SLO.</figcaption></figure>")
     table = ["<table><thead><tr>" + "".join(f"<th>{esc(t)}</th>" for t in header) + "</tr></thead><tbody>"]
-    # The last column (what dominates a point) may wrap: the report's cells do not.
-    table += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r[:-1]) + f"<td style='white-space: normal'>{esc(r[-1])}"
-              "</td></tr>" for r in rows]
+    # The setting (a time-constant grid's is long: "target 0.5, scale_down_delay_s 300", which may break
+    # after an underscore) and the last column (what dominates a point) may wrap: the report's cells do not.
+    wrap = "<td style='white-space: normal'>"
+    table += ["<tr>" + f"<td>{esc(r[0])}</td>{wrap}{esc(r[1]).replace('_', '_<wbr>')}</td>"
+              + "".join(f"<td>{esc(c)}</td>" for c in r[2:-1]) + f"{wrap}{esc(r[-1])}</td></tr>" for r in rows]
     table.append("</tbody></table>")
     notes = "".join(f"<li>{esc(n)}</li>" for n in fr["warnings"])
     if rec is not None and rec.get("policy_diff"):
