@@ -6,7 +6,8 @@ same core judged against the peers before and after they were re-ported, issue 3
 For every cell both runs hold (trace, seed, peak use; the chosen candidate of each): whether ours
 meets all three targets, what dominates it, which references meet the cell themselves, and how
 many references keep the SLO. One line per cell whose verdict, dominators or references met
-changed, then the counts. Ours' own numbers are shown from both runs, so that a change of ours
+changed, then the counts (the old run may have judged fewer reference settings: a count of those
+losing the SLO is of each run's own). Ours' own numbers are shown from both runs, so that a change of ours
 (another core) is told apart from a change of the references.
 """
 
@@ -32,7 +33,7 @@ def summary(r: dict) -> dict:
     v = r["verdict"]
     return {"meets": bool(v["meets_targets"]), "dominated_by": sorted(v.get("dominated_by") or []),
             "met_by": sorted(r.get("met_by_references") or []),
-            "refs": len(r["refs"]), "slo_kept_by": len(r["refs"]) - len(r.get("slo_missed_by") or []),
+            "slo_lost_by": len(r.get("slo_missed_by") or []),
             "ours_nh": r["ours"]["node_hours"]}
 
 
@@ -51,7 +52,7 @@ def main() -> int:
     counts = {"old_meets": 0, "new_meets": 0, "old_dominated": 0, "new_dominated": 0, "old_met_by_ref": 0,
               "new_met_by_ref": 0}
     print("| cell | ours meets (old -> new) | dominated by (old -> new) | met by a reference (old -> new) "
-          "| references keeping the SLO (old -> new) |")
+          "| references losing the SLO (old -> new) |")
     print("|---|---|---|---|---|")
     for k in both:
         a, b = summary(old[k]), summary(new[k])
@@ -67,7 +68,7 @@ def main() -> int:
         print(f"| {SHORT.get(k[0], k[0])} seed {k[1]} pu {k[2]}{ours} | {a['meets']} -> {b['meets']} "
               f"| {short_list(a['dominated_by'])} -> {short_list(b['dominated_by'])} "
               f"| {short_list(a['met_by'])} -> {short_list(b['met_by'])} "
-              f"| {a['slo_kept_by']} of {a['refs']} -> {b['slo_kept_by']} of {b['refs']} |")
+              f"| {a['slo_lost_by']} -> {b['slo_lost_by']} |")
     print()
     print(f"{len(both)} cells in both; {changed} changed verdict. Ours meets all three: {counts['old_meets']} -> "
           f"{counts['new_meets']}; dominated: {counts['old_dominated']} -> {counts['new_dominated']}; met by some "
