@@ -104,10 +104,8 @@ def hpa_plain_metric_replicas(current: int, ready: int, total: float, missing: i
     ratio); ``missing`` pods reported nothing (a group still starting). Without missing pods:
     ceil(ratio x ready), or ``current`` within the tolerance. With them, the ratio is taken again
     with the missing pods at the target (on a scale-down) or at 0 (on a scale-up), over ready +
-    missing pods; a change of direction or one within the tolerance keeps ``current``. A starting
-    group is taken as a pod that runs and is not ready yet (a server loading its model: no metrics,
-    so missing); a Pending pod (``groupPods``) would be ignored instead, left out of a scale-down's
-    count (docs/peers.md). Unready pods are ignored for CPU alone. E.g. 2 ready at 6 and 1 starting, target
+    missing pods; a change of direction or one within the tolerance keeps ``current``. (A pods
+    metric has no "unready" pods: those are a CPU rule.) E.g. 2 ready at 6 and 1 starting, target
     4.2: ratio 1.43 -> (12 + 0) / 3 / 4.2 = 0.95: within the tolerance -> 3, where current x ratio asks 5."""
     ratio = total / ready / target
     if missing == 0:
