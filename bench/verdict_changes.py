@@ -1,7 +1,13 @@
 """Which cells of the matrix change verdict between two ``bench/cv_matrix.py --json`` runs (e.g. the
 same core judged against the peers before and after they were re-ported, issue 36).
 
-    .venv/bin/python bench/verdict_changes.py OLD.json NEW.json [--markdown]
+    .venv/bin/python bench/verdict_changes.py OLD.json NEW.json
+    .venv/bin/python bench/verdict_changes.py OLD.json --rejudge CACHE.json
+
+With ``--rejudge`` the second run is OLD's own ours judged again against the references in a
+``bench/cv_matrix.py --cache`` file (the cells it holds whole): the same ours, other references, so
+every change is the references' (e.g. the peers re-ported, their grids swept), whatever core NEW
+ran.
 
 For every cell both runs hold (trace, seed, peak use; the chosen candidate of each): whether ours
 meets all three targets, what dominates it, which references meet the cell themselves, and how
@@ -21,12 +27,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cv_matrix import SHORT  # noqa: E402
+import yaml  # noqa: E402
+from cv_matrix import SHORT, cell_key, judge, reference_outcomes  # noqa: E402
+
+from autoscaler.policy.model import Policy  # noqa: E402
+from autoscaler.sim.backtest import reference_names  # noqa: E402
 
 
 def cells(path: str) -> dict[tuple, dict]:
     d = json.loads(Path(path).read_text())
     return {(r["trace"], r["seed"], r["pu"]): r for r in d["results"] if r["candidate"] == d["chosen"]}
+
+
+def rejudged(old: dict[tuple, dict], cache_path: str) -> dict[tuple, dict]:
+    """OLD's cells whose references the cache holds whole, ours judged again against them."""
+    policy = Policy.model_validate(yaml.safe_load((ROOT / "policies/default.yaml").read_text()))
+    wanted = set(reference_names(policy, sweep=True))
+    cache = json.loads(Path(cache_path).read_text())
+    out = {}
+    for k, r in old.items():
+        refs = cache.get(cell_key(*k), {})
+        if not wanted <= set(refs):
+            continue
+        met, lost = reference_outcomes(refs, policy)
+        out[k] = {**r, "refs": refs, "verdict": judge(r["ours"], refs, policy), "met_by_references": met,
+                  "slo_missed_by": lost}
+    return out
 
 
 def summary(r: dict) -> dict:
@@ -44,9 +70,13 @@ def short_list(names: list[str], n: int = 4) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old")
-    ap.add_argument("new")
+    ap.add_argument("new", nargs="?")
+    ap.add_argument("--rejudge", metavar="CACHE")
     args = ap.parse_args()
-    old, new = cells(args.old), cells(args.new)
+    if (args.new is None) == (args.rejudge is None):
+        ap.error("give NEW or --rejudge CACHE")
+    old = cells(args.old)
+    new = rejudged(old, args.rejudge) if args.rejudge else cells(args.new)
     both = [k for k in new if k in old]
     changed = 0
     counts = {"old_meets": 0, "new_meets": 0, "old_dominated": 0, "new_dominated": 0, "old_met_by_ref": 0,
