@@ -157,6 +157,17 @@ def test_the_reference_cache_key_includes_the_warm_up(tmp_path):
     assert ReferenceCache(tmp_path, trace, 1.0, 0, policy, 7200.0).key("oracle") != one.key("oracle")
 
 
+def test_the_reference_cache_key_leaves_out_the_error_budget_alone(tmp_path):
+    # No reference reads the budget (a frontier's budgets share one cache); the TTFT target scores them.
+    policy = default_policy()
+    trace = trace_of([0.0, 100.0, 200.0], [100, 100, 100], [10, 10, 10])
+    key = ReferenceCache(tmp_path, trace, 1.0, 0, policy).key("oracle")
+    budget = policy.model_copy(update={"slo": policy.slo.model_copy(update={"capacity_miss_budget_pct": 4.0})})
+    assert ReferenceCache(tmp_path, trace, 1.0, 0, budget).key("oracle") == key
+    target = policy.model_copy(update={"slo": policy.slo.model_copy(update={"ttft_target_s": 2.0})})
+    assert ReferenceCache(tmp_path, trace, 1.0, 0, target).key("oracle") != key
+
+
 def _without_wall(out: dict) -> dict:
     out = {k: v for k, v in out.items() if k != "wall_s"}
     for ref in out.get("reference", {}).values():

@@ -3,8 +3,8 @@ only when something it depends on changed.
 
 Key of one reference run (sha256 of all of it): the scaled trace as replayed (arrival times,
 token counts, sessions, prefix blocks, span, start), the load scale, the seed, the policy sections
-a reference reads (``fleet``, ``simulation``, ``slo``, ``signals``, ``drain``: the scaling, forecast
-and budget sections are ours alone), the warm-up (``simulate --warmup-hours``; a cold start, 0, adds
+a reference reads (``fleet``, ``simulation``, ``slo`` less its error budget, ``signals``, ``drain``:
+the scaling and forecast sections and the budget are ours alone), the warm-up (``simulate --warmup-hours``; a cold start, 0, adds
 nothing, so its keys are those from before warm-ups existed), the reference's name (its kind and setting, e.g. ``kpa@0.5``)
 and the source of the modules that replay and judge it (the fleet model, the controllers, the
 peers, the summary). A changed trace, fleet, peer setting or model code is a new key; nothing is
@@ -66,7 +66,10 @@ class ReferenceCache:
         if warmup_s > 0:
             h.update(repr(("warmup_s", float(warmup_s))).encode())
         for section in _POLICY_SECTIONS:
-            h.update(getattr(policy, section).model_dump_json().encode())
+            # (the error budget is ours alone: no reference reads it, so a frontier's budgets and a
+            # changed default share one cache; the TTFT target and percentile do score them)
+            exclude = {"capacity_miss_budget_pct"} if section == "slo" else None
+            h.update(getattr(policy, section).model_dump_json(exclude=exclude).encode())
         self._base = h.copy()
 
     def key(self, name: str) -> str:
