@@ -58,7 +58,7 @@ def run_json(*args: str) -> dict:
 def policy_file(folder: Path, budget: str, text: str | None = None) -> Path:
     """The default policy with its budget line written by hand (not by the code under test)."""
     text = POLICY.read_text() if text is None else text
-    line = "  capacity_miss_budget_pct: 0.5  #"
+    line = "  capacity_miss_budget_pct: 0.4  #"
     assert text.count(line) == 1
     path = folder / f"budget-{budget}.yaml"
     path.write_text(text.replace(line, f"  capacity_miss_budget_pct: {budget}  #"), encoding="utf-8")
@@ -237,7 +237,8 @@ def test_the_budget_is_written_into_the_policys_own_text():
     new = fr.policy_text_with_budget(text, 2)
     diff = [line for line in new.splitlines() if line not in text.splitlines()]
     assert diff == ["  capacity_miss_budget_pct: 2  # share of requests that may miss the TTFT target because of "
-                    "capacity: no more than the SLO's own bar (0.5 pp of always-on; docs/matrix.md)"]
+                    "capacity: 80% of the SLO's own bar (0.5 pp of always-on), the margin for the burn's estimate "
+                    "(docs/matrix.md)"]
     # No slo section: one is added; an slo block without the key: the key joins it.
     bare = "fleet:\n  floor_groups: 1\n"
     assert fr.policy_text_with_budget(bare, 0.25) == bare + "slo:\n  capacity_miss_budget_pct: 0.25\n"
@@ -328,9 +329,9 @@ def recorded(tmp_path_factory):
 def test_a_frontier_from_prometheus_history_equals_single_runs(recorded, tmp_path):
     text = POLICY.read_text()
     span = ("--from-prometheus", recorded.url, "--from", "2026-01-05T00:00:00Z", "--to", "2026-01-06T00:00:00Z")
-    out = run_json("simulate", "--policy", str(POLICY), *span, "--frontier", "0.5,10", "--compare")
+    out = run_json("simulate", "--policy", str(POLICY), *span, "--frontier", "0.4,10", "--compare")
     assert out["trace"]["format"] == "prometheus" and out["trace"]["requests_read"] == 1440
-    for budget, path in ((10.0, policy_file(tmp_path, "10", text)), (0.5, POLICY)):
+    for budget, path in ((10.0, policy_file(tmp_path, "10", text)), (0.4, POLICY)):
         single = run_json("simulate", "--policy", str(path), *span, "--compare")
         p = {k: v for k, v in point(out, budget).items()
              if k not in ("capacity_miss_budget_pct", "money", "dominated_by_budget", "non_dominated")}
