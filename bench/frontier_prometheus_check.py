@@ -26,15 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from autoscaler.sim import frontier as fr  # noqa: E402
 from tests.support.prometheus import prepare  # noqa: E402
+from tests.test_backtest_parallel import without_wall  # noqa: E402
 from tests.test_docs import build_history  # noqa: E402
-
-
-def without_wall(o):
-    if isinstance(o, dict):
-        return {k: without_wall(v) for k, v in o.items() if k != "wall_s"}
-    if isinstance(o, list):
-        return [without_wall(v) for v in o]
-    return o
 
 
 def simulate(*args: str) -> dict:

@@ -11,23 +11,20 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".${extras}" >&2
-if [ "${1:-}" = "--test" ] && ! command -v prometheus >/dev/null 2>&1; then
+# Debian packages the tests need, installed as root (apt-get update only when the first try fails).
+install_debian() {  # PACKAGE WHAT-NEEDS-IT
   if [ "$(id -u)" = 0 ]; then
-    echo "installing Debian's prometheus (for the signal tests)" >&2
-    (apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
-      || { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1; }) \
-      || echo "warning: could not install prometheus; its tests will fail" >&2
+    echo "installing Debian's $1 (for $2)" >&2
+    (apt-get install -y --no-install-recommends "$1" >/dev/null 2>&1 \
+      || { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends "$1" >/dev/null 2>&1; }) \
+      || echo "warning: could not install $1; $2 will fail" >&2
   else
-    echo "warning: prometheus is not installed and this is not root; its tests will fail" >&2
+    echo "warning: $1 is not installed and this is not root; $2 will fail" >&2
   fi
+}
+if [ "${1:-}" = "--test" ] && ! command -v prometheus >/dev/null 2>&1; then
+  install_debian prometheus "the signal tests"
 fi
 if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "installing Debian's chromium (for the headless-browser check of the frontier page)" >&2
-    (apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
-      || { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; }) \
-      || echo "warning: could not install chromium; the frontier page's browser test will fail" >&2
-  else
-    echo "warning: chromium is not installed and this is not root; the frontier page's browser test will fail" >&2
-  fi
+  install_debian chromium "the headless-browser check of the frontier page"
 fi

@@ -22,6 +22,7 @@ import yaml
 
 from autoscaler.cli import main
 from autoscaler.ledger.store import Ledger
+from tests.support.fullfs import fill, small_tmpfs
 from tests.support.procs import PYTHON, REPO, Proc, wait_until
 
 MOONCAKE = REPO / "examples" / "traces" / "mooncake-fast25-conversation" / "conversation_trace.jsonl"
@@ -80,28 +81,8 @@ def test_a_backtest_interrupted_while_it_writes_leaves_no_run(tmp_path, capsys, 
 @pytest.fixture
 def small_fs(tmp_path):
     """A 3 MB tmpfs (root only: skipped with the reason otherwise), unmounted at the end."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs for a real full disk: {p.stderr.strip() or p.returncode}")
-    try:
+    with small_tmpfs(tmp_path / "small") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def fill(directory: Path) -> None:
-    """Write a file until the filesystem says it is full (ENOSPC), then 512-byte blocks to the last."""
-    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (65536, 512):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * size)
-    finally:
-        os.close(fd)
-    assert os.statvfs(directory).f_bavail == 0
 
 
 def test_a_backtest_on_a_full_disk_fails_in_one_line_and_leaves_no_run(tmp_path, capsys, small_fs):

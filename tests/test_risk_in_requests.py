@@ -8,7 +8,7 @@ import pytest
 from core_helpers import T0, decide, fleet, make_policy, signals
 
 from autoscaler.core import Action, Memory, Reason
-from autoscaler.core.risk import _added_misses, exceed_probability, expected_miss_share
+from autoscaler.core.risk import _added_misses, _added_sum, exceed_probability, expected_miss_share
 
 P = make_policy()
 MINUTE = int(T0 // 60)
@@ -19,6 +19,20 @@ def _reach(*rows: tuple[float, float, float]) -> dict:
     ordered = tuple(sorted(rows))
     return {"rises_sorted": tuple(r[0] for r in ordered), "rise_reach": ordered,
             "rise_log": tuple((MINUTE - 400 + i, *r) for i, r in enumerate(ordered))}
+
+
+def test_the_array_sum_is_the_per_moment_rule_summed():
+    """``_added_sum`` sums ``_added_misses`` over many moments in place with bare ufuncs (16 or more;
+    fewer take the loop): each moment carried to today's level as the smaller of its scaled rise and
+    its rise in requests. 40 moments around the two capacities, some past both."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    z, u = np.sort(rng.uniform(0.0, 8.0, 40)), rng.uniform(0.0, 20.0, 40)
+    level, scale, after, before, full = 3.0, 2.0, 12.0, 18.0, 4.0
+    each = [_added_misses(min(level + zz * scale, level + uu), after, before, full) for zz, uu in zip(z, u)]
+    assert 0 < sum(a == 1.0 for a in each) and 0 < sum(0.0 < a < 1.0 for a in each) and 0 < sum(a == 0.0 for a in each)
+    assert _added_sum(z, u, level, scale, after, before, full) == pytest.approx(sum(each), rel=1e-12)
 
 
 @pytest.mark.parametrize(("reached", "added"), [

@@ -9,7 +9,6 @@ Every process and the mount are released by the test that made them, also when i
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.support.fullfs import fill, small_tmpfs
 from tests.support.procs import PYTHON, REPO, Proc, free_port, wait_until
 from tests.test_service import advisory_policy, metric, workers  # noqa: F401  (workers: the fixture)
 
@@ -36,36 +36,6 @@ def healthz(url: str) -> tuple[int, str]:
 
 
 # ------------------------------------------------------------------------------ 7: a full disk
-@contextlib.contextmanager
-def small_tmpfs(where: Path, size: str = "3m"):
-    where.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
-                       text=True)
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN): {p.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
-def fill(folder: Path) -> Path:
-    """Write a file until the filesystem is full (ENOSPC); returns it."""
-    filler = folder / "filler"
-    chunk = b"\0" * 65536
-    with open(filler, "wb", buffering=0) as fh:
-        while True:
-            try:
-                fh.write(chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-                break
-        with contextlib.suppress(OSError):
-            while True:
-                fh.write(b"\0" * 512)  # the last blocks too
-    return filler
-
-
 def test_a_ledger_on_a_full_disk_makes_healthz_503_counts_failures_and_stops_the_decision_clock(tmp_path, workers):
     """Before: every tick logged 'decision not recorded, no action taken', yet /healthz answered
     200, autoscaler_last_decision_timestamp_seconds kept advancing (AutoscalerNoDecision never
