@@ -25,6 +25,7 @@ W = "test_core_week.py"
 F = "test_core_fast_path.py"
 SE = "test_core_sessions.py"
 RQ = "test_risk_in_requests.py"
+SI = "test_silence_drain.py"
 M = [
  ("autoscaler/core/risk.py", "MAX_BOLDNESS = 2.0", "MAX_BOLDNESS = 4.0", "test_budget_burn_makes_scale_downs_careful_or_bold"),
  ("autoscaler/core/decide.py", "               and floor <= allowed)", "               )", f"{K}::test_a_drain_waits_until_the_rises_can_show_the_risk_within_budget"),
@@ -197,6 +198,15 @@ M = [
  ("autoscaler/core/decide.py", "    allowed_misses = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0) if misses is not None else allowed", "    allowed_misses = allowed", f"{RQ}::test_an_unspent_budget_allows_no_more_than_itself_in_requests"),
  ("autoscaler/core/risk.py", "    return min(d, 24 - d) <= within_h", "    return True", f"{RQ}::test_the_tail_seen_from_this_time_of_day_keeps_only_the_hours_near_it"),
  ("autoscaler/core/risk.py", "    return min(d, 24 - d) <= within_h", "    return d <= within_h", f"{RQ}::test_the_tail_seen_from_this_time_of_day_keeps_only_the_hours_near_it"),
+# the silence drain (issue 33), in tests/test_silence_drain.py
+ ("autoscaler/core/decide.py", "        if traffic is not None and t.now - traffic[0] >= down.silence_s:", "        if False:", f"{SI}::test_a_silent_fleet_drains_on_the_return_risk_where_the_chance_of_an_excess_holds"),
+ ("autoscaler/core/decide.py", "    surplus = ret is not None and measured and ret.misses <= ret.allowed", "    surplus = ret is not None and measured", f"{SI}::test_no_silence_drain_when"),
+ ("autoscaler/core/decide.py", "remaining > 0 and t.demand == 0.0 and t.signals", "remaining > 0 and t.signals", f"{SI}::test_no_silence_drain_when"),
+ ("autoscaler/core/decide.py", "    measured = len(t.memory.rises_sorted) >= down.min_measured_rises", "    measured = True", f"{SI}::test_a_silence_drain_waits_for_the_measured_history"),
+ ("autoscaler/core/risk.py", "SILENCE_BUDGET_SHARE = 0.5", "SILENCE_BUDGET_SHARE = 1.0", f"{SI}::test_the_return_risk_worked_example"),
+ ("autoscaler/core/risk.py", "    if rate is None or not rate > 0.0:\n        return {}\n    prev = memory.traffic", "    if rate is None:\n        return {}\n    prev = memory.traffic", f"{SI}::test_traffic_is_smoothed_over_ten_minutes_and_kept_through_a_silence"),
+ ("autoscaler/core/risk.py", "                                float(minutes), level=level)", "                                float(minutes))", f"{SI}::test_the_return_risk_worked_example"),
+ ("autoscaler/core/risk.py", "    misses = share.share * rate * lead_s", "    misses = share.share * lead_s", f"{SI}::test_the_return_risk_worked_example"),
 ]
 only = sys.argv[1] if len(sys.argv) > 1 else ""
 bad = 0

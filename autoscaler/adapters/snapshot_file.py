@@ -299,6 +299,12 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         if not isinstance(moves, list) or len(moves) != 2:
             raise r.fail("memory.session_moves", f"{moves!r} is not [estimated misses, drain time]")
         moves = (required_number(moves[0], "memory.session_moves[0]"), r.time(moves[1], "memory.session_moves[1]"))
+    traffic = mem.get("traffic")  # absent from memory saved before silences were kept: None
+    if traffic is not None:
+        if not isinstance(traffic, list) or len(traffic) != 3:
+            raise r.fail("memory.traffic", f"{traffic!r} is not [last arrival's tick, request rate, demand]")
+        traffic = (r.time(traffic[0], "memory.traffic[0]"), required_number(traffic[1], "memory.traffic[1]"),
+                   required_number(traffic[2], "memory.traffic[2]"))
     # A rise is signed: demand that fell over the lead time is a negative rise (core/risk.py's _z).
     rise_log = rises()
     tail = rise_tail()
@@ -320,6 +326,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         over_share=over_share,
         drain_watch=watch,
         session_moves=moves,
+        traffic=traffic,
         last_scale_up_at=opt_time("last_scale_up_at"),
         surplus_since=opt_time("surplus_since"),
         slo_miss_since=opt_time("slo_miss_since"),

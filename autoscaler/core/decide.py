@@ -39,6 +39,7 @@ from typing import Any
 from autoscaler.core.bounds import Bounds, active_freeze, effective_bounds
 from autoscaler.core.forecast import ForecastResult, demand_changes, forecast, lead_time_s, seasonal_memo
 from autoscaler.core.risk import (
+    SILENCE_BUDGET_SHARE,
     Risk,
     allowed_risk,
     burn_changes,
@@ -53,8 +54,10 @@ from autoscaler.core.risk import (
     lead_minutes,
     minute_changes,
     open_drain_watch,
+    return_risk,
     seasonal_peaks_memo,
     tick_rise_changes,
+    traffic_changes,
     watch_misses,
 )
 from autoscaler.core.types import (
@@ -175,6 +178,8 @@ class _Tick:
             changes.update(burn_changes(memory, policy, now, fl.request_rate, self.queued or 0.0,
                                         fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling,
                                         signals.ttft_over_target))
+            if scaling.scale_down.silence_s is not None:
+                changes.update(traffic_changes(memory, now, fl.request_rate, self.demand))
             memory = memory.with_(**changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
@@ -531,6 +536,10 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     """
     policy, down = t.policy, t.policy.scaling.scale_down
     assert t.demand is not None and t.fc is not None  # _signal_problem held otherwise
+    if down.silence_s is not None and remaining > 0 and t.demand == 0.0 and t.signals.fleet.request_rate == 0.0:
+        traffic = t.memory.traffic
+        if traffic is not None and t.now - traffic[0] >= down.silence_s:
+            return _silent_surplus(t, remaining, explain)
     # The trend is a point forecast for scale-ups (ramps); whether demand may rise within the lead
     # time is the risk's question. A trusted seasonal forecast counts as well.
     worst = max(t.demand, t.fc.peak) if t.fc.basis == "seasonal" else t.demand
@@ -620,6 +629,37 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         n = evidence_minutes(risk)
         numbers = (f"{n:,} {_minutes(policy)} of rises cannot show a risk below {_fmt_pct(floor)} (1 / ({n:,} + 2)), "
                    f"above the {_fmt_pct(allowed)} allowed: no drain yet; {numbers}")
+    return surplus, numbers, extra
+
+
+SILENCE_PCT = 100 * SILENCE_BUDGET_SHARE
+
+
+def _silent_surplus(t: _Tick, remaining: int, explain: bool) -> tuple[bool, str, dict[str, Any]]:
+    """``_surplus`` in a silence: no request for ``scale_down.silence_s`` and none running or
+    queued. A drain then loses nothing while the silence lasts; what it stakes is a return of the
+    traffic before a start catches up (core/risk.py, ``return_risk``), set against the misses the
+    budget has free. The measured history must be there (``min_measured_rises``), as for any drain."""
+    policy, down = t.policy, t.policy.scaling.scale_down
+    room = max(t.headroom, headroom(_burn_after_drain(t)))
+    after = remaining * t.base_per_group / room
+    always_on = t.bounds.ceiling * t.base_per_group / room
+    ret = return_risk(t.memory, policy, t.now, after, always_on, t.risk_horizon)
+    measured = len(t.memory.rises_sorted) >= down.min_measured_rises
+    surplus = ret is not None and measured and ret.misses <= ret.allowed
+    if not explain:
+        return surplus, "", {}
+    extra: dict[str, Any] = {"return_risk": None if ret is None else ret.to_dict()}
+    if ret is None:
+        return False, "silent, but no traffic or budget measured yet", extra
+    numbers = (f"no request for {_fmt(round(ret.silent_s))} s (silence after {_fmt(down.silence_s)} s): a return at "
+               f"{_fmt(round(ret.rate, 3))}/s and demand {_fmt(round(ret.level, 2))} on {_fmt(after)} slots would add "
+               f"{_fmt(round(ret.misses, 1))} misses over {_fmt(t.risk_horizon)} s, against "
+               f"{_fmt(round(ret.allowed, 1))} allowed ({_fmt(SILENCE_PCT)}% of the budget's "
+               f"{_fmt(round(ret.free, 1))} free misses over three days)")
+    if not measured:
+        numbers = (f"only {len(t.memory.rises_sorted)} of {down.min_measured_rises} minutes of rises measured: "
+                   f"no drain on the prior alone; {numbers}")
     return surplus, numbers, extra
 
 

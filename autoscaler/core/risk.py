@@ -98,6 +98,8 @@ BURN_HALF_LIFE_S = BURN_HALF_LIFE_MINUTES * MINUTE_S
 # spent a burst at a time over days shows here (``burn_rate``: the higher of the two counts).
 BURN_LONG_HALF_LIFE_MINUTES = 4320.0
 MAX_BOLDNESS = 2.0  # an unspent budget allows 2 x its risk, a burning one half (4 x lost the SLO at eight groups)
+TRAFFIC_SMOOTHING_S = 600.0  # the traffic a silence remembers: rate and demand smoothed over ten minutes
+SILENCE_BUDGET_SHARE = 0.5  # a silence drain may stake at most this share of the budget's free misses
 BURN_PRIOR_MISSES = 10.0  # the burn's prior: this many misses, in as many arrivals as spend them at the budget
 SEASONAL_WINDOW_SLOTS = 6  # +-30 minutes around this time of day on each earlier day
 # Drains that move sessions (``session_move_changes``): how long after a drain its conversations
@@ -671,7 +673,7 @@ _minimum, _maximum = np.minimum, np.maximum
 
 def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float, before: float,
                         queue_to_miss: float, lead_s: float, excess_minutes: float,
-                        stop_above: float | None = None) -> MissRisk | None:
+                        stop_above: float | None = None, level: float | None = None) -> MissRisk | None:
     """The capacity misses a drain from ``before`` to ``after`` slots adds, per arrival, over one lead
     time (the risk in requests, set against the budget in requests; docs/core.md).
 
@@ -686,8 +688,11 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     1 / full of the arrivals, not all of them: a short queue, not a missed request.
 
     E.g. 360 moments, 12 of which reach 14 on 12 slots after the drain (18 before), full 4, one
-    minute of an 11-minute lead: 12 x 0.5 x 1 / 11 / 360 = 0.15% of arrivals."""
-    level = level_now(memory)
+    minute of an 11-minute lead: 12 x 0.5 x 1 / 11 / 360 = 0.15% of arrivals.
+
+    ``level``: the moments carried to this level instead of today's (a silence's return)."""
+    if level is None:
+        level = level_now(memory)
     ordered = memory.rises_sorted
     n = len(ordered)
     reach = memory.rise_reach if len(memory.rise_reach) == n else None
@@ -735,6 +740,62 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
         share = max(share_recent, (1 - weight) * share_recent + weight * share_seasonal)
     return MissRisk(share * weight_per_moment, share_recent * weight_per_moment,
                     None if share_seasonal is None else share_seasonal * weight_per_moment, moments, full)
+
+
+def traffic_changes(memory: Memory, now: float, rate: float | None, demand: float) -> dict:
+    """This tick's arrivals folded into ``memory.traffic``: (the last tick with arrivals, the request
+    rate and demand then, each smoothed exponentially over TRAFFIC_SMOOTHING_S). Nothing changes at a
+    tick without arrivals (or without a rate), so a silence keeps the traffic before it: rate 2/s
+    and demand 8 for an hour, then nothing: (the last tick's time, about 2, about 8)."""
+    if rate is None or not rate > 0.0:
+        return {}
+    prev = memory.traffic
+    if prev is None or now <= prev[0]:
+        return {"traffic": (now, rate, demand)}
+    a = 1.0 - math.exp((prev[0] - now) / TRAFFIC_SMOOTHING_S)
+    return {"traffic": (now, prev[1] + a * (rate - prev[1]), prev[2] + a * (demand - prev[2]))}
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnRisk:
+    """What a drain in a silence stakes: the misses a return of the traffic would add."""
+
+    silent_s: float  # since the last arrival
+    rate: float  # the request rate before the silence (smoothed)
+    level: float  # the demand before the silence (smoothed)
+    misses: float  # expected added capacity misses if the traffic returned now, over one lead time
+    free: float  # the misses the budget has free over three days (budget x arrivals - misses)
+    allowed: float  # the share of ``free`` a silence drain may stake
+
+    def to_dict(self) -> dict:
+        return {"silent_s": round(self.silent_s, 1), "rate": round(self.rate, 4), "level": round(self.level, 4),
+                "misses": round(self.misses, 3), "free": round(self.free, 3), "allowed": round(self.allowed, 3)}
+
+
+def return_risk(memory: Memory, policy: Policy, now: float, after: float, always_on: float,
+                lead_s: float) -> ReturnRisk | None:
+    """The drain's risk in a silence (no arrival, nothing running or queued, for
+    ``scale_down.silence_s``): nothing it stakes is lost while the silence lasts; if the traffic
+    returns at once, at its level and rate before the silence, the fleet is ``after`` slots until a
+    start catches up, one lead time. The misses that adds against always-on (``always_on`` slots),
+    by ``expected_miss_share`` at that level, with the excess held the whole lead time, times the
+    arrivals of one lead time, is set against the budget's free misses over three days (the long
+    burn's budget x arrivals - misses): at most SILENCE_BUDGET_SHARE of them. None before traffic
+    or a burn was measured. E.g. rate 0.2/s, a 615 s lead: 123 arrivals; 6% of them added: 7.4
+    misses, against 0.4% x 40,000 arrivals - 60 misses = 100 free: 7.4 <= 50 allows the drain."""
+    traffic, burn = memory.traffic, memory.budget_burn_long
+    if traffic is None or burn is None:
+        return None
+    since, rate, level = traffic
+    minutes = lead_minutes(lead_s, policy.forecast.minute_s)
+    share = expected_miss_share(memory, policy, now, after, always_on, rate * policy.slo.ttft_target_s, lead_s,
+                                float(minutes), level=level)
+    if share is None:
+        return None
+    budget = policy.slo.capacity_miss_budget_pct / 100.0
+    free = budget * burn[1] - burn[0]
+    misses = share.share * rate * lead_s
+    return ReturnRisk(now - since, rate, level, misses, free, SILENCE_BUDGET_SHARE * free)
 
 
 def evidence_floor(risk: Risk) -> float:

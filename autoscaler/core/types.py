@@ -232,6 +232,10 @@ class Memory:
     # days, the days they come from; core/risk.py): they change only when a slot ends, so they are
     # computed once per slot (derived, not serialised).
     seasonal_peaks_memo: tuple[int, int, tuple[float, ...], int] | None = None
+    # The last tick with arrivals and the traffic before it, (time, request rate, demand), both
+    # exponentially smoothed over TRAFFIC_SMOOTHING_S (core/risk.py, ``traffic_changes``): how long
+    # the fleet has been silent, and what a return would bring.
+    traffic: tuple[float, float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self._as_dict(self.history_by_slot(), self.rise_tail)
@@ -283,6 +287,7 @@ class Memory:
             "drain_watch": None if self.drain_watch is None else [iso(self.drain_watch[0]), *self.drain_watch[1:]],
             "session_moves": None if self.session_moves is None else [self.session_moves[0],
                                                                       iso(self.session_moves[1])],
+            "traffic": None if self.traffic is None else [iso(self.traffic[0]), self.traffic[1], self.traffic[2]],
         }
 
     def history_by_slot(self) -> dict[int, float]:

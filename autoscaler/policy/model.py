@@ -328,6 +328,13 @@ class ScaleDown(StrictModel):
         "within this many hours of now's, on earlier days (the six recent hours always count): a daily cycle's "
         "evening bursts say little about its nights. null: every hour of the week counts.",
     )
+    silence_s: NonNegFloat | None = Field(
+        300, le=3600,
+        description="Silence drain (docs/core.md): once no request has arrived and none runs or waits for this "
+        "many seconds, a drain is judged on what a return of the traffic would cost: the capacity misses it adds "
+        "against always-on if the traffic came back at its level before the silence, over a whole lead time, "
+        "against the misses the error budget still has free over three days. null: off.",
+    )
     tick_rises: bool = Field(
         False,
         description="In a cold start, also measure a rise from a minute starting at every tick, so that 30 "
