@@ -15,7 +15,13 @@ and counts over the requests that arrive within one lead time after the drain:
   drain costs less than it does. The windows of drains closer than a lead time overlap, and a
   later drain's misses are counted in both: a bound from above, not a split.
 
-Only ``expected_misses`` is read from the decisions (replayed with ``keep_decisions``): no decision
+A drain in a silence (core/risk.py ``return_risk``; no arrival for ``scale_down.silence_s``) stakes
+the misses a return of the traffic would add against always-on over one lead time: for each return
+that followed such drains, ``expected`` is the last (deepest) drain's ``inputs.return_risk.misses``
+and ``true`` ours' capacity misses less always-on's among the requests of the lead time after the
+first arrival (the return). Printed after the table.
+
+Only ``expected_misses`` and ``return_risk`` are read from the decisions (replayed with ``keep_decisions``): no decision
 changes. Results: docs/core.md ("Is the risk in requests calibrated?").
 """
 
@@ -52,16 +58,28 @@ def calibrate(path: str, policy, pu: float, seed: int) -> dict:
     t = tr.t_s
     expected = true = 0.0
     drains = 0
+    returns: dict[int, float] = {}  # the return's first request -> the deepest silence drain's stake
+    lead = 0.0
     for now, d in ours.decisions:
-        if d.action is not Action.SCALE_DOWN or not d.inputs.get("expected_misses"):
+        if d.action is not Action.SCALE_DOWN:
+            continue
+        if d.inputs.get("return_risk"):
+            lead = float(d.inputs["lead_time_s"]) + policy.scaling.tick_interval_s
+            returns[int(np.searchsorted(t, now))] = d.inputs["return_risk"]["misses"]
+        if not d.inputs.get("expected_misses"):
             continue
         lead = float(d.inputs["lead_time_s"]) + policy.scaling.tick_interval_s
         lo, hi = np.searchsorted(t, [now, now + lead])
         expected += d.inputs["expected_misses"]["share"] * (hi - lo)
         true += float(miss_ours[lo:hi].sum()) - float(miss_base[lo:hi].sum())
         drains += 1
+    ret_true = 0.0
+    for lo in returns:
+        hi = int(np.searchsorted(t, t[lo] + lead)) if lo < len(t) else lo
+        ret_true += float(miss_ours[lo:hi].sum()) - float(miss_base[lo:hi].sum())
     return {"drains": drains, "expected": expected, "true": true,
-            "ratio": true / expected if expected > 0 else None}
+            "ratio": true / expected if expected > 0 else None,
+            "returns": len(returns), "return_expected": sum(returns.values()), "return_true": ret_true}
 
 
 def main() -> int:
@@ -77,6 +95,7 @@ def main() -> int:
     print("| trace | peak use | drains judged in requests | expected added misses | true added misses | true / expected |")
     print("|---|---|---|---|---|---|")
     tot_e = tot_t = 0.0
+    silences = []
     for name in TRACE_NAMES:
         if name not in args.only.split(","):
             continue
@@ -87,8 +106,15 @@ def main() -> int:
             ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
             print(f"| {SHORT[name]} | {pu} | {c['drains']} | {c['expected']:.1f} | {c['true']:.0f} | {ratio} |",
                   flush=True)
+            silences.append((SHORT[name], pu, c))
     print(f"\nall: expected {tot_e:.1f}, true {tot_t:.0f}, true / expected "
           f"{(tot_t / tot_e if tot_e else float('nan')):.2f}")
+    print("\n| trace | peak use | returns after a silence drain | misses staked (deepest drain) | true added misses |")
+    print("|---|---|---|---|---|")
+    for short, pu, c in silences:
+        print(f"| {short} | {pu} | {c['returns']} | {c['return_expected']:.1f} | {c['return_true']:.0f} |")
+    e, tr = sum(c["return_expected"] for *_, c in silences), sum(c["return_true"] for *_, c in silences)
+    print(f"\nreturns: staked {e:.1f}, true {tr:.0f}, true / staked {(tr / e if e else float('nan')):.2f}")
     return 0
 
 
