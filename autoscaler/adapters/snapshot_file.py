@@ -305,6 +305,11 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
             raise r.fail("memory.traffic", f"{traffic!r} is not [last arrival's tick, request rate, demand]")
         traffic = (r.time(traffic[0], "memory.traffic[0]"), required_number(traffic[1], "memory.traffic[1]"),
                    required_number(traffic[2], "memory.traffic[2]"))
+    silence = mem.get("silence")
+    if silence is not None:
+        if not isinstance(silence, list) or len(silence) != 2:
+            raise r.fail("memory.silence", f"{silence!r} is not [first silent tick, last silent tick]")
+        silence = (r.time(silence[0], "memory.silence[0]"), r.time(silence[1], "memory.silence[1]"))
     # A rise is signed: demand that fell over the lead time is a negative rise (core/risk.py's _z).
     rise_log = rises()
     tail = rise_tail()
@@ -327,6 +332,7 @@ def snapshot_from_dict(data: Any, policy: Policy, source: str = "<snapshot>", at
         drain_watch=watch,
         session_moves=moves,
         traffic=traffic,
+        silence=silence,
         last_scale_up_at=opt_time("last_scale_up_at"),
         surplus_since=opt_time("surplus_since"),
         slo_miss_since=opt_time("slo_miss_since"),

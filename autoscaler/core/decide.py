@@ -179,12 +179,14 @@ class _Tick:
                                         fl.queue_wait_p99_s, len(self.ready) < self.bounds.ceiling,
                                         signals.ttft_over_target))
             if scaling.scale_down.silence_s is not None:
-                changes.update(traffic_changes(memory, now, fl.request_rate, self.demand))
+                changes.update(traffic_changes(memory, now, fl.request_rate, self.demand, scaling.tick_interval_s))
             memory = memory.with_(**changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
                 memory = seasonal_peaks_memo(memory, policy, now, self.risk_horizon)
             self.fc = forecast(memory, policy, now, self.demand, self.horizon)
+        elif memory.silence is not None:  # demand unknown: not known to be silent
+            memory = memory.with_(silence=None)
         self.memory = memory
         # A budget burning faster than allowed buys headroom (core/risk.py, ``headroom``): each group
         # counts for fewer requests, so groups start before requests queue and a drain needs more
@@ -536,9 +538,9 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     """
     policy, down = t.policy, t.policy.scaling.scale_down
     assert t.demand is not None and t.fc is not None  # _signal_problem held otherwise
-    if down.silence_s is not None and remaining > 0 and t.demand == 0.0 and t.signals.fleet.request_rate == 0.0:
-        traffic = t.memory.traffic
-        if traffic is not None and t.now - traffic[0] >= down.silence_s:
+    if down.silence_s is not None and remaining > 0:
+        silence = t.memory.silence  # (this tick folded in: its last tick is now while it lasts)
+        if silence is not None and silence[1] == t.now and t.now - silence[0] >= down.silence_s:
             return _silent_surplus(t, remaining, explain)
     # The trend is a point forecast for scale-ups (ramps); whether demand may rise within the lead
     # time is the risk's question. A trusted seasonal forecast counts as well.
@@ -643,7 +645,9 @@ def _silent_surplus(t: _Tick, remaining: int, explain: bool) -> tuple[bool, str,
     policy, down = t.policy, t.policy.scaling.scale_down
     room = max(t.headroom, headroom(_burn_after_drain(t)))
     after = remaining * t.base_per_group / room
-    always_on = t.bounds.ceiling * t.base_per_group / room
+    # Always-on is the SLO's reference: its capacity is the ceiling's, whatever our budget's burn
+    # (a burning budget shrinks only what stays, so the stake grows with it).
+    always_on = t.bounds.ceiling * t.base_per_group
     ret = return_risk(t.memory, policy, t.now, after, always_on, t.risk_horizon)
     measured = len(t.memory.rises_sorted) >= down.min_measured_rises
     surplus = ret is not None and measured and ret.misses <= ret.allowed
@@ -651,7 +655,7 @@ def _silent_surplus(t: _Tick, remaining: int, explain: bool) -> tuple[bool, str,
         return surplus, "", {}
     extra: dict[str, Any] = {"return_risk": None if ret is None else ret.to_dict()}
     if ret is None:
-        return False, "silent, but no traffic or budget measured yet", extra
+        return False, "silent, but no traffic, budget or rises measured yet", extra
     numbers = (f"no request for {_fmt(round(ret.silent_s))} s (silence after {_fmt(down.silence_s)} s): a return at "
                f"{_fmt(round(ret.rate, 3))}/s and demand {_fmt(round(ret.level, 2))} on {_fmt(after)} slots would add "
                f"{_fmt(round(ret.misses, 1))} misses over {_fmt(t.risk_horizon)} s, against "

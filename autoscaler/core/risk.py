@@ -742,25 +742,43 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
                     None if share_seasonal is None else share_seasonal * weight_per_moment, moments, full)
 
 
-def traffic_changes(memory: Memory, now: float, rate: float | None, demand: float) -> dict:
-    """This tick's arrivals folded into ``memory.traffic``: (the last tick with arrivals, the request
-    rate and demand then, each smoothed exponentially over TRAFFIC_SMOOTHING_S). Nothing changes at a
-    tick without arrivals (or without a rate), so a silence keeps the traffic before it: rate 2/s
-    and demand 8 for an hour, then nothing: (the last tick's time, about 2, about 8)."""
+def traffic_changes(memory: Memory, now: float, rate: float | None, demand: float, step_s: float) -> dict:
+    """This tick folded into ``memory.traffic`` and ``memory.silence`` (the fields it changes).
+
+    ``traffic``: (the last tick with arrivals, the request rate and demand, each smoothed
+    exponentially over TRAFFIC_SMOOTHING_S of ticks with arrivals: a tick counts for at most
+    ``step_s``, the tick interval, so one request after an hour's silence moves them by 2.5%, not
+    all the way). A tick without arrivals leaves it as it is: a silence keeps the traffic before it.
+
+    ``silence``: (its first tick, its last tick) while every tick sees a rate of exactly 0 and
+    nothing running or queued, the ticks at most two intervals apart; None as soon as one does not
+    (a request, a missing rate, unknown demand, or a controller that was not deciding). E.g.
+    silent ticks at 0, 15 and 30 s: (0, 30); a tick at 60 s (30 s later, two intervals): (0, 60);
+    a tick at 100 s: (100, 100), a new silence."""
+    out: dict = {}
+    prev_silence = memory.silence
+    if rate is not None and rate == 0.0 and demand == 0.0:
+        since = (prev_silence[0] if prev_silence is not None and 0.0 <= now - prev_silence[1] <= 2.0 * step_s
+                 else now)
+        out["silence"] = (since, now)
+    elif prev_silence is not None:
+        out["silence"] = None
     if rate is None or not rate > 0.0:
-        return {}
+        return out
     prev = memory.traffic
-    if prev is None or now <= prev[0]:
-        return {"traffic": (now, rate, demand)}
-    a = 1.0 - math.exp((prev[0] - now) / TRAFFIC_SMOOTHING_S)
-    return {"traffic": (now, prev[1] + a * (rate - prev[1]), prev[2] + a * (demand - prev[2]))}
+    if prev is None:
+        out["traffic"] = (now, rate, demand)
+        return out
+    a = 1.0 - math.exp(-min(max(now - prev[0], 0.0), step_s) / TRAFFIC_SMOOTHING_S)
+    out["traffic"] = (now, prev[1] + a * (rate - prev[1]), prev[2] + a * (demand - prev[2]))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class ReturnRisk:
     """What a drain in a silence stakes: the misses a return of the traffic would add."""
 
-    silent_s: float  # since the last arrival
+    silent_s: float  # since the silence's first tick
     rate: float  # the request rate before the silence (smoothed)
     level: float  # the demand before the silence (smoothed)
     misses: float  # expected added capacity misses if the traffic returned now, over one lead time
@@ -783,10 +801,10 @@ def return_risk(memory: Memory, policy: Policy, now: float, after: float, always
     burn's budget x arrivals - misses): at most SILENCE_BUDGET_SHARE of them. None before traffic
     or a burn was measured. E.g. rate 0.2/s, a 615 s lead: 123 arrivals; 6% of them added: 7.4
     misses, against 0.4% x 40,000 arrivals - 60 misses = 100 free: 7.4 <= 50 allows the drain."""
-    traffic, burn = memory.traffic, memory.budget_burn_long
+    traffic, burn, silence = memory.traffic, memory.budget_burn_long, memory.silence
     if traffic is None or burn is None:
         return None
-    since, rate, level = traffic
+    _, rate, level = traffic
     minutes = lead_minutes(lead_s, policy.forecast.minute_s)
     share = expected_miss_share(memory, policy, now, after, always_on, rate * policy.slo.ttft_target_s, lead_s,
                                 float(minutes), level=level)
@@ -795,7 +813,8 @@ def return_risk(memory: Memory, policy: Policy, now: float, after: float, always
     budget = policy.slo.capacity_miss_budget_pct / 100.0
     free = budget * burn[1] - burn[0]
     misses = share.share * rate * lead_s
-    return ReturnRisk(now - since, rate, level, misses, free, SILENCE_BUDGET_SHARE * free)
+    return ReturnRisk(0.0 if silence is None else now - silence[0], rate, level, misses, free,
+                      SILENCE_BUDGET_SHARE * free)
 
 
 def evidence_floor(risk: Risk) -> float:

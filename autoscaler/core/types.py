@@ -233,9 +233,11 @@ class Memory:
     # computed once per slot (derived, not serialised).
     seasonal_peaks_memo: tuple[int, int, tuple[float, ...], int] | None = None
     # The last tick with arrivals and the traffic before it, (time, request rate, demand), both
-    # exponentially smoothed over TRAFFIC_SMOOTHING_S (core/risk.py, ``traffic_changes``): how long
-    # the fleet has been silent, and what a return would bring.
+    # exponentially smoothed over TRAFFIC_SMOOTHING_S (core/risk.py, ``traffic_changes``): what a
+    # return after a silence would bring. The silence observed, (its first tick, its last tick), or
+    # None while there is traffic (or the controller cannot tell).
     traffic: tuple[float, float, float] | None = None
+    silence: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self._as_dict(self.history_by_slot(), self.rise_tail)
@@ -288,6 +290,7 @@ class Memory:
             "session_moves": None if self.session_moves is None else [self.session_moves[0],
                                                                       iso(self.session_moves[1])],
             "traffic": None if self.traffic is None else [iso(self.traffic[0]), self.traffic[1], self.traffic[2]],
+            "silence": None if self.silence is None else [iso(self.silence[0]), iso(self.silence[1])],
         }
 
     def history_by_slot(self) -> dict[int, float]:

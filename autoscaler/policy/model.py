@@ -329,7 +329,7 @@ class ScaleDown(StrictModel):
         "evening bursts say little about its nights. null: every hour of the week counts.",
     )
     silence_s: NonNegFloat | None = Field(
-        300, le=3600,
+        300, ge=60, le=3600,
         description="Silence drain (docs/core.md): once no request has arrived and none runs or waits for this "
         "many seconds, a drain is judged on what a return of the traffic would cost: the capacity misses it adds "
         "against always-on if the traffic came back at its level before the silence, over a whole lead time, "
