@@ -98,19 +98,19 @@ def test_memory_saved_before_the_busiest_tick_was_kept_still_loads():
     assert mem.minute_now == (MINUTE, 6.0, 2, 3.0) and mem.minute_max == ((MINUTE - 1, 4.0, 4.0),)
 
 
-def test_recent_rises_are_kept_for_six_hours():
-    # RECENT_MINUTES = 360: when minute 0's rise joins (minute 11 closes, lead 615 s: (7 - 3) / 2 =
-    # 2.0), a rise measured from minute -360 has left the window and one from minute -359 has not.
-    old = ((MINUTE - 360, 5.0), (MINUTE - 359, 4.0))
+def test_recent_rises_are_kept_for_three_hours():
+    # RECENT_MINUTES = 180: when minute 0's rise joins (minute 11 closes, lead 615 s: (7 - 3) / 2 =
+    # 2.0), a rise measured from minute -180 has left the window and one from minute -179 has not.
+    old = ((MINUTE - 180, 5.0), (MINUTE - 179, 4.0))
     mem = Memory(minute_max=tuple((MINUTE + i, 3.0) for i in range(11)), minute_now=(MINUTE + 11, 7.0, 1),
                  rise_log=old, rises_sorted=(4.0, 5.0))
     mem = record_minute(mem, T0 + 60 * 12, 3.0, 615)
-    assert mem.rise_log == ((MINUTE - 359, 4.0), (MINUTE, 2.0, 3.0, 7.0))
+    assert mem.rise_log == ((MINUTE - 179, 4.0), (MINUTE, 2.0, 3.0, 7.0))
     assert mem.rises_sorted == (2.0, 4.0)
     # Rises from older memory have no base: the mean reversion is off until they have left.
     assert mem.rise_reach == ()
     # With bases kept, the sorted (rise, base, reached) follow the window too.
-    old = ((MINUTE - 360, 5.0, 1.0, 9.0), (MINUTE - 359, 4.0, 1.0, 8.0))
+    old = ((MINUTE - 180, 5.0, 1.0, 9.0), (MINUTE - 179, 4.0, 1.0, 8.0))
     mem = Memory(minute_max=tuple((MINUTE + i, 3.0) for i in range(11)), minute_now=(MINUTE + 11, 7.0, 1),
                  rise_log=old, rises_sorted=(4.0, 5.0), rise_reach=((4.0, 1.0, 8.0), (5.0, 1.0, 9.0)))
     mem = record_minute(mem, T0 + 60 * 12, 3.0, 615)

@@ -122,9 +122,9 @@ def test_ramp_up_plateau_ramp_down():
     # Ramp down to 1 and stay. The ramp just seen (a rise of 10 within 10 minutes) is in the recent
     # history the scale-down risk is measured on: while P(demand > what the remaining groups carry
     # within the lead time) is above the budget (1%, unmeasured burn here: no request rate), the
-    # groups stay. They go one at a time: 3 -> 2 when the ramp's rises are few enough of the six
+    # groups stay. They go one at a time: 3 -> 2 when the ramp's rises are few enough of the three
     # hours', 2 -> 1 only when they are few enough of the week's minutes (the ramp's rises left
-    # the six hours for the week's tail), 16.9 hours after the ramp down began.
+    # the three hours for the week's tail), 16.9 hours after the ramp down began.
     down = t
     t = f.run(t, 20 * 3600, lambda t: max(1.0, 12.0 - 11.0 * (t - down) / 600))
     downs = [(at, d) for at, d in f.log if at >= down and d.action is Action.SCALE_DOWN]
@@ -135,7 +135,7 @@ def test_ramp_up_plateau_ramp_down():
     assert 16 * 3600 < downs[1][0] - down < 17 * 3600, (downs[1][0] - down) / 3600
     week = downs[1][1].inputs["risk"]
     assert week["p_week"] == week["p_recent"] and week["week_minutes"] > 1000
-    assert "0% over 360 minutes and 1% over the week's" in downs[1][1].detail, downs[1][1].detail
+    assert "0% over 180 minutes and 1% over the week's" in downs[1][1].detail, downs[1][1].detail
     held = [d for at, d in f.log if down + 1200 < at < downs[0][0]]
     assert held and all(d.inputs["risk"]["probability"] > 0.01 for d in held if d.reason is Reason.STEADY)
     assert downs[1][0] - downs[0][0] >= 300 + f.drain_s  # one at a time, each after its own window

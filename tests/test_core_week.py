@@ -1,4 +1,4 @@
-"""The week's tail of rises and the seasonal share that only raises the risk (issue 18): a quiet six
+"""The week's tail of rises and the seasonal share that only raises the risk (issue 18): a quiet three
 hours do not prove that the week's bursts are gone. Worked examples of core/risk.py as exact numbers."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _tail(*hours: tuple[int, int, tuple]) -> dict:
 
 
 # ------------------------------------------------------------------------- building the tail
-def test_a_rise_leaving_the_six_hours_joins_its_hour():
+def test_a_rise_leaving_the_three_hours_joins_its_hour():
     start = HOUR * 60  # the first minute of an hour
     aged = ((start, 1.0, 3.0, 5.0), (start + 1, 4.0, 3.0, 10.0))
     c = tail_changes(Memory(), aged, start + RECENT_MINUTES + 1)
@@ -77,12 +77,12 @@ def test_a_rise_without_a_base_counts_its_minute_and_is_not_kept():
     assert c["rise_tail"] == ((HOUR, 1, ()),) and c["tail_minutes"] == 1
 
 
-def test_the_tail_keeps_seven_days_with_the_six_hours():
-    # An hour is kept while it is no more than TAIL_HOURS (162) hours before the hour of the rise
-    # now leaving the six hours: 162 + 6 = 168 hours, a week.
+def test_the_tail_keeps_seven_days_with_the_three_hours():
+    # An hour is kept while it is no more than TAIL_HOURS (165) hours before the hour of the rise
+    # now leaving the three hours: 165 + 3 = 168 hours, a week.
     assert TAIL_HOURS + RECENT_MINUTES // 60 == 7 * 24
     old = Memory(**_tail((HOUR, 60, ((5.0, 3.0, 20.0),))))
-    leaving = (HOUR + TAIL_HOURS) * 60  # a minute of the hour 162 hours later
+    leaving = (HOUR + TAIL_HOURS) * 60  # a minute of the hour 165 hours later
     kept = tail_changes(old, ((leaving, 0.0, 3.0, 3.0),), leaving + RECENT_MINUTES + 1)
     assert [h[0] for h in kept["rise_tail"]] == [HOUR, HOUR + TAIL_HOURS] and kept["tail_minutes"] == 61
     assert kept["tail_sorted"] == ((5.0, 3.0, 20.0),)  # the old hour closed
@@ -90,7 +90,7 @@ def test_the_tail_keeps_seven_days_with_the_six_hours():
     assert [h[0] for h in gone["rise_tail"]] == [HOUR + TAIL_HOURS + 1] and gone["tail_minutes"] == 1
     assert gone["tail_sorted"] == ()  # the old hour left the week; the new one is in progress
     # An hour leaving the week while the hour in progress goes on: the sorted rises lose its rises.
-    three = Memory(**_tail((HOUR - 162, 60, ((5.0, 3.0, 20.0),)), (HOUR, 60, ((1.0, 3.0, 5.0),)), (HOUR + 1, 5, ())))
+    three = Memory(**_tail((HOUR - TAIL_HOURS, 60, ((5.0, 3.0, 20.0),)), (HOUR, 60, ((1.0, 3.0, 5.0),)), (HOUR + 1, 5, ())))
     assert three.tail_sorted == ((1.0, 3.0, 5.0), (5.0, 3.0, 20.0))
     at = (HOUR + 1) * 60 + 10
     c = tail_changes(three, ((at, 0.0, 3.0, 3.0),), at + RECENT_MINUTES + 1)
@@ -98,9 +98,9 @@ def test_the_tail_keeps_seven_days_with_the_six_hours():
     assert c["tail_sorted"] == ((1.0, 3.0, 5.0),)
 
 
-def test_folding_minutes_moves_the_rises_older_than_six_hours_into_the_tail():
+def test_folding_minutes_moves_the_rises_older_than_three_hours_into_the_tail():
     # One tick a minute at demand 3: minute k's rise is measured when minute k + 11 closes (lead
-    # 615 s), at the tick of minute k + 12. After 12 + 360 + 5 ticks, 365 rises: 360 in the six
+    # 615 s), at the tick of minute k + 12. After 12 + 180 + 5 ticks, 185 rises: 180 in the three
     # hours, 5 in the tail.
     mem = Memory()
     for i in range(12 + RECENT_MINUTES + 5):
@@ -116,39 +116,39 @@ def test_the_clock_going_back_clears_the_tail_with_the_minutes():
 
 
 # ------------------------------------------------------------------------- the risk it sets
-def test_a_quiet_six_hours_still_see_the_weeks_burst():
+def test_a_quiet_three_hours_still_see_the_weeks_burst():
     # Today's level 5, capacity 12: a rise exceeds when z > (12 - 5) / sqrt(6) = 2.86 and, from a
-    # base below 5, when 5 + (reached - base) > 12 as well. The six hours: 360 rises of 0 (P 0).
+    # base below 5, when 5 + (reached - base) > 12 as well. The three hours: 180 rises of 0 (P 0).
     # The tail: one hour of 60 minutes holding rises z 10 (5 -> 30), 5 (5 -> 20), 4 (1 -> 6: from
-    # today's 5 that is 10, under 12) and 0: two exceed. P = (0 + 2) / (360 + 60) = 0.476%.
+    # today's 5 that is 10, under 12) and 0: two exceed. P = (0 + 2) / (180 + 60) = 0.833%.
     mem = Memory(**_quiet(), **_tail((HOUR - 10, 60, ((10.0, 5.0, 30.0), (5.0, 5.0, 20.0), (4.0, 1.0, 6.0),
                                                        (0.0, 5.0, 5.0)))))
     r = exceed_probability(mem, P, T0, 12.0, 615)
-    assert r.p_hours == 0.0 and r.week_minutes == 420
-    assert r.p_week == pytest.approx(2 / 420) and r.probability == pytest.approx(0.0047619, abs=1e-7)
-    assert r.to_dict()["p_week"] == 0.00476 and r.to_dict()["week_minutes"] == 420
+    assert r.p_hours == 0.0 and r.week_minutes == 240
+    assert r.p_week == pytest.approx(2 / 240) and r.probability == pytest.approx(0.0083333, abs=1e-7)
+    assert r.to_dict()["p_week"] == 0.00833 and r.to_dict()["week_minutes"] == 240
     # The same hour closed, and a quiet hour in progress after it (60 minutes, no rise kept): its
-    # rises are now counted from the sorted ones, the same way: 2 / (360 + 120) = 0.417%.
+    # rises are now counted from the sorted ones, the same way: 2 / (180 + 120) = 0.667%.
     closed = mem.with_(**_tail(mem.rise_tail[0], (HOUR - 9, 60, ())))
-    assert closed.tail_sorted and exceed_probability(closed, P, T0, 12.0, 615).p_week == pytest.approx(2 / 480)
-    # Without the tail the six hours alone: 0.
+    assert closed.tail_sorted and exceed_probability(closed, P, T0, 12.0, 615).p_week == pytest.approx(2 / 300)
+    # Without the tail the three hours alone: 0.
     assert exceed_probability(mem.with_(rise_tail=(), tail_sorted=(), tail_minutes=0), P, T0, 12.0, 615).probability == 0.0
 
 
-def test_a_busier_six_hours_than_the_week_decide_for_themselves():
-    # The six hours: 36 of 360 rises exceed (z 3 > 2.86 from base 5: 5 + 7.3 = 12.3 > 12): 10%. The
-    # week: (36 + 0) / (360 + 600) = 3.75%, lower: the six hours' 10% decides.
+def test_a_busier_three_hours_than_the_week_decide_for_themselves():
+    # The three hours: 18 of 180 rises exceed (z 3 > 2.86 from base 5: 5 + 7.3 = 12.3 > 12): 10%. The
+    # week: (18 + 0) / (180 + 600) = 2.31%, lower: the three hours' 10% decides.
     z = 3.0
-    recent = tuple(sorted(((0.0, 5.0, 5.0),) * 324 + ((z, 5.0, 5.0 + z * 6 ** 0.5),) * 36))
+    recent = tuple(sorted(((0.0, 5.0, 5.0),) * 162 + ((z, 5.0, 5.0 + z * 6 ** 0.5),) * 18))
     mem = Memory(minute_now=(MINUTE, 5.0, 1, 5.0), rises_sorted=tuple(r[0] for r in recent), rise_reach=recent,
                  **_tail((HOUR - 10, 600, ())))
     r = exceed_probability(mem, P, T0, 12.0, 615)
-    assert (r.p_hours, r.p_week, r.p_recent) == (pytest.approx(0.1), pytest.approx(36 / 960), pytest.approx(0.1))
+    assert (r.p_hours, r.p_week, r.p_recent) == (pytest.approx(0.1), pytest.approx(18 / 780), pytest.approx(0.1))
 
 
-def test_the_weeks_burst_holds_a_drain_the_six_hours_allow():
-    # Demand 3 on 3 groups (4.2 requests each at the tests' target): 2 groups carry 8.4. The six
-    # hours: 360 rises of 0 from 3. The tail: 6 rises of 10 (3 -> 23) in 300 minutes. Exceeds when
+def test_the_weeks_burst_holds_a_drain_the_three_hours_allow():
+    # Demand 3 on 3 groups (4.2 requests each at the tests' target): 2 groups carry 8.4. The three
+    # hours: 180 rises of 0 from 3. The tail: 6 rises of 10 (3 -> 23) in 480 minutes. Exceeds when
     # z > (8.4 - 3) / 2 = 2.7: P = 6 / 660 = 0.91%, under the 1% budget: drain. With 9: 9 / 660 =
     # 1.36% > 1%: keep 3 groups, and the reason says what decided.
     policy = make_policy(scaling={"scale_down": {"stabilization_s": 0}})
@@ -156,11 +156,11 @@ def test_the_weeks_burst_holds_a_drain_the_six_hours_allow():
     demand = signals(g1=(1, 0, 0.2), g2=(1, 0, 0.2), g3=(1, 0, 0.2))
     burst = ((10.0, 3.0, 23.0),)
     for count, action in ((6, Action.SCALE_DOWN), (9, Action.HOLD)):
-        mem = Memory(**_quiet(3.0), **_tail((HOUR - 10, 240, burst * min(count, 8)), (HOUR - 9, 60, burst * max(0, count - 8))))
+        mem = Memory(**_quiet(3.0), **_tail((HOUR - 10, 420, burst * min(count, 8)), (HOUR - 9, 60, burst * max(0, count - 8))))
         d, _ = decide(demand, state, policy, mem, T0)
         assert d.action is action, d.detail
         assert d.inputs["risk"]["p_week"] == round(count / 660, 5)
-        assert f"0% over 360 minutes and {100 * count / 660:.2g}% over the week's 660 minutes" in d.detail, d.detail
+        assert f"0% over 180 minutes and {100 * count / 660:.2g}% over the week's 660 minutes" in d.detail, d.detail
     assert d.reason is Reason.STEADY
 
 

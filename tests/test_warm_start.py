@@ -75,12 +75,12 @@ def test_the_range_read_covers_the_seasonal_days_or_the_recent_rises():
     b = 999_999_960.0
     assert history_range(week, b + 7) == (b - 7 * 86400, b, 15.0)
     none = make_policy(forecast={"enabled": True, "seasonal_days": 0}, scaling={"tick_interval_s": 120})
-    # six hours, at most a minute a step, and two steps a core minute (60 s): 30 s
-    assert history_range(none, b + 7) == (b - 6 * 3600, b, 30.0)
-    # a compressed fleet (the demo: minute 2 s, ticks of 1 s): its 360 minutes of 2 s at 1 s
+    # three hours, at most a minute a step, and two steps a core minute (60 s): 30 s
+    assert history_range(none, b + 7) == (b - 3 * 3600, b, 30.0)
+    # a compressed fleet (the demo: minute 2 s, ticks of 1 s): its 180 minutes of 2 s at 1 s
     demo = make_policy(forecast={"enabled": True, "seasonal_days": 0, "minute_s": 2, "trend_window_s": 10},
                        scaling={"tick_interval_s": 1})
-    assert history_range(demo, b + 7) == (b + 7 - 720, b + 7, 1.0)
+    assert history_range(demo, b + 7) == (b + 7 - 360, b + 7, 1.0)
 
 
 def test_a_prometheus_that_never_answers_gives_up_within_the_budget():
@@ -209,7 +209,7 @@ def test_a_first_start_is_warm_and_a_second_start_keeps_its_memory(tmp_path, rec
         assert int((recorded.end - 9.5 * 3600) // 300) not in slots  # the hole has no slot
         assert min(slots) * 300 < before - 23 * 3600
         # The risk's recent rises: measured on minutes before the run started.
-        assert memory["rise_log"] and memory["rise_log"][0][0] * 60 < before - 5 * 3600
+        assert memory["rise_log"] and memory["rise_log"][0][0] * 60 < before - 2 * 3600
     finally:
         ledger.close()
 

@@ -560,7 +560,7 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     allowed, burn = allowed_risk(t.memory, policy)
     if remaining > 0:
         # Without ``explain`` only "within what is allowed?" matters: the risk may stop counting
-        # once the six hours alone say no (core/risk.py); a drain is then explained in full.
+        # once the three hours alone say no (core/risk.py); a drain is then explained in full.
         risk = exceed_probability(t.memory, policy, t.now, capacity, t.risk_horizon,
                                   stop_above=None if explain else allowed)
     need = down.min_measured_rises
@@ -668,7 +668,7 @@ def _silent_surplus(t: _Tick, remaining: int, explain: bool) -> tuple[bool, str,
 
 
 def _rises(risk: Risk, policy: Policy) -> str:
-    """What the recent risk stands on: "360 minutes", or in the cold start "34 rises at tick resolution"."""
+    """What the recent risk stands on: "180 minutes", or in the cold start "34 rises at tick resolution"."""
     if risk.resolution == "tick":
         return f"{risk.samples} rises at tick resolution"
     return f"{risk.samples} {_minutes(policy)}"

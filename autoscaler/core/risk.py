@@ -10,8 +10,8 @@ carry? It is estimated from the fleet's own history, with two sources:
   rise of 3 from level 8 is z = 3 / sqrt(9) = 1.0, i.e. a rise of 2 from level 3).
   P_recent = the share of those moments whose rise, applied to today's level, would exceed the
   remaining capacity; or, when higher, the same share over the week (**the week's tail**: each
-  rise that leaves the six hours joins its hour, which keeps its ``TAIL_PER_HOUR`` highest rises
-  and the count of its minutes, for ``TAIL_HOURS`` more hours), so that a quiet six hours do not
+  rise that leaves the three hours joins its hour, which keeps its ``TAIL_PER_HOUR`` highest rises
+  and the count of its minutes, for ``TAIL_HOURS`` more hours), so that a quiet three hours do not
   forget the bursts of the days before.
 - **the same time of day on earlier days**: for each of ``forecast.seasonal_days``, and each
   5-minute slot within ``SEASONAL_WINDOW_SLOTS`` of this time of day on that day (13 moments a
@@ -52,7 +52,7 @@ at 0.75%, and m-small at eight groups lost 0.52 pp of SLO to it; with 2, no cell
 3, 5 or 8 groups is more than 0.5 pp below always-on.)
 
 **The core's minute** is ``forecast.minute_s`` long: 60 s on a real fleet. Every time above that is
-counted in minutes (the per-minute means, the lead time in minutes, the 360 minutes of recent rises,
+counted in minutes (the per-minute means, the lead time in minutes, the 180 minutes of recent rises,
 the burn's half-life) follows it, so a fleet whose time is compressed (the demo replays a day in
 minutes, with 8 s start-ups) measures its rises at its own scale: with minute_s 2, a lead time of
 9 s is 5 minutes, and 30 measured rises (``PRIOR_RISES``) take a minute of wall time, not half an
@@ -77,14 +77,14 @@ from autoscaler.policy.model import Policy
 MINUTE_S = 60  # the default of ``forecast.minute_s``: the core's minute, in which the risk's history is kept
 SLOT_S = 300
 DAY_S = 86400
-RECENT_MINUTES = 360  # six hours of recent rises (at the default minute)
+RECENT_MINUTES = 180  # three hours of recent rises (at the default minute)
 # The cold-start prior of a rise within one lead time, in units of sqrt(level + 1): normal with this
 # mean and spread (a load at level 8 is expected to reach 8 + 0.5 x 3 = 9.5 and exceeds
 # 8 + 2 x 3 = 14 with 2.3% chance: (2 - 0.5) / 0.75 = 2 sd), until PRIOR_RISES minutes are measured.
 PRIOR_Z_MEAN = 0.5
 PRIOR_Z_SD = 0.75
 PRIOR_RISES = 30
-TAIL_HOURS = 162  # the week's tail: seven days less the six recent hours
+TAIL_HOURS = 165  # the week's tail: seven days less the three recent hours
 TAIL_PER_HOUR = 24  # two bursts an hour: a burst shows in the rise of every minute within a lead time before it (12 at 615 s)
 # A rise is measured to halfway between a later minute's mean and its busiest tick: minute means
 # alone hid the bursts shorter than a minute that queue requests past the TTFT target while a group
@@ -121,9 +121,9 @@ class Risk:
     # "minute": one rise per closed minute; "tick": the cold start's rises from a minute starting
     # at every tick (``tick_rise_changes``), before PRIOR_RISES minutes are measured.
     resolution: str = "minute"
-    # The week's tail (``tail_changes``): the share over the six hours' rises and the tail's
-    # highest rises, of every minute they stand for; None before any rise has left the six hours.
-    # ``p_recent`` is the higher of it and the six hours' own share (``p_hours``).
+    # The week's tail (``tail_changes``): the share over the three hours' rises and the tail's
+    # highest rises, of every minute they stand for; None before any rise has left the three hours.
+    # ``p_recent`` is the higher of it and the three hours' own share (``p_hours``).
     p_week: float | None = None
     week_minutes: int = 0
     p_hours: float | None = None
@@ -219,10 +219,10 @@ def minute_changes(memory: Memory, now: float, demand: float, lead_s: float, min
 
 
 def tail_changes(memory: Memory, aged: tuple, minute: int) -> dict:
-    """Rises that left the six hours (``aged``, in time order) join the week's tail.
+    """Rises that left the three hours (``aged``, in time order) join the week's tail.
 
     Each hour of the tail keeps how many minutes it measured and its ``TAIL_PER_HOUR`` highest rises,
-    for ``TAIL_HOURS`` hours before the six: a week of rare bursts, at a few numbers an hour. A rise
+    for ``TAIL_HOURS`` hours before the three: a week of rare bursts, at a few numbers an hour. A rise
     without a base (older memory) counts its minute but is not kept: its reach is unknown. The
     rises of the closed hours (all but the last) are kept sorted as well, rebuilt when an hour
     closes or leaves the week: once an hour, not at every minute."""
@@ -304,7 +304,7 @@ def tail_view(memory: Memory, now: float, within_h: float | None) -> tuple[np.nd
     requests (reached - base), as arrays; the last hour's rises; the minutes they stand for).
 
     With ``within_h`` (``scaling.scale_down.tail_within_h``) only the hours whose time of day is
-    within that many hours of now's count (on earlier days; the six recent hours always count in
+    within that many hours of now's count (on earlier days; the three recent hours always count in
     full): a daily cycle's evening bursts say little about its nights, where a node-hour is cheapest
     in misses. E.g. at 04:20 with 2 h, the hours that began at 02:00-06:00 of the tail's days. The
     hours of the tail change once an hour: the arrays are rebuilt then, not at every tick."""
@@ -337,7 +337,7 @@ _EMPTY = np.zeros(0)
 
 def _tail_over(ranked: tuple, z_at: float, level: float, capacity: float) -> int:
     """How many of the closed hours' rises exceed: z > z_at and, the mean reversion, level +
-    (reached - base) > capacity (as for the six hours' rises, in one array operation)."""
+    (reached - base) > capacity (as for the three hours' rises, in one array operation)."""
     if not ranked:
         return 0
     if _tail_arrays[0] is not ranked:
@@ -529,7 +529,7 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
                        stop_above: float | None = None) -> Risk | None:
     """P(demand within one lead time > ``capacity``), or None before the first demand sample.
 
-    With ``stop_above`` (a replay's fast path: only whether P is within it matters), a six hours'
+    With ``stop_above`` (a replay's fast path: only whether P is within it matters), a three hours'
     share of measured rises already above it is returned as it is, without the week's tail and
     the seasonal share, which only ever raise P: the answer to "P <= stop_above?" is the same. In
     a 14-day m-small replay that is 73% of the risks asked."""
@@ -576,10 +576,10 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
         return Risk(measured, measured, None, 0.0, n, 0, resolution, None, 0, measured)
     p_hours, p_week, week_minutes = measured, None, 0
     if memory.tail_minutes and n >= PRIOR_RISES and resolution == "minute":
-        # The week's tail: a quiet six hours do not prove that the week's bursts are gone. The six
+        # The week's tail: a quiet three hours do not prove that the week's bursts are gone. The three
         # hours' exceeding rises and the tail's, over every minute they stand for; the higher share
-        # decides. (360 quiet minutes, and a burst 6 hours ago that exceeded in 6 of its minutes,
-        # 300 minutes in the tail: 0 of 360, but 6 of 660 = 0.91%.) The tail keeps each hour's
+        # decides. (180 quiet minutes, and a burst 3 hours ago that exceeded in 6 of its minutes,
+        # 300 minutes in the tail: 0 of 180, but 6 of 480 = 1.25%.) The tail keeps each hour's
         # TAIL_PER_HOUR highest rises: an hour in which more exceeded counts that many.
         z, u, last, tail_minutes = tail_view(memory, now, policy.scaling.scale_down.tail_within_h)
         at = int(z.searchsorted(z_at, side="right"))
@@ -617,7 +617,7 @@ class MissRisk:
     lead time (``expected_miss_share``)."""
 
     share: float  # expected added capacity misses / arrivals over the lead time
-    share_recent: float  # from the measured rises (the six hours', or the week's when higher)
+    share_recent: float  # from the measured rises (the three hours', or the week's when higher)
     share_seasonal: float | None
     moments: int  # the moments (minutes) the recent share stands on
     queue_to_miss: float  # requests queued at which every arrival misses (rate x TTFT target)
@@ -640,7 +640,7 @@ def _added_misses(reached: float, after: float, before: float, full: float) -> f
     return (a if a < 1.0 else 1.0) - (0.0 if b <= 0.0 else b if b < 1.0 else 1.0)
 
 
-# (the six hours' rises, their z and reach in requests as arrays): rebuilt when the rises change.
+# (the three hours' rises, their z and reach in requests as arrays): rebuilt when the rises change.
 _hours_arrays: list = [None, None, None]
 
 
@@ -677,7 +677,7 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     """The capacity misses a drain from ``before`` to ``after`` slots adds, per arrival, over one lead
     time (the risk in requests, set against the budget in requests; docs/core.md).
 
-    Each measured moment (the six hours' rises, the week's tail, the same time of day on earlier
+    Each measured moment (the three hours' rises, the week's tail, the same time of day on earlier
     days: the moments ``exceed_probability`` counts) says how high demand reached within a lead
     time after it, carried to today's level as there (the smaller of the scaled rise and the same
     rise in requests). At that height the drain adds ``_added_misses`` of the arrivals, for as long
@@ -706,7 +706,7 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     def added(z: float, base: float, top: float) -> float:
         return _added_misses(min(level + z * scale, level + (top - base)), after, before, full)
 
-    # The six hours' rises as arrays, rebuilt when they change (once a minute, not at every tick): the
+    # The three hours' rises as arrays, rebuilt when they change (once a minute, not at every tick): the
     # sum over the exceeding ones in one array operation (a Python loop over them doubled a 14-day
     # replay's time).
     if _hours_arrays[0] is not reach:
@@ -819,7 +819,7 @@ def return_risk(memory: Memory, policy: Policy, now: float, after: float, always
 
 def evidence_floor(risk: Risk) -> float:
     """The lowest risk the measured rises can show: 1 / (n + 2) for the n minutes they stand for
-    (the six hours', or the week's once it has a tail), the rule of succession's estimate of a
+    (the three hours', or the week's once it has a tail), the rule of succession's estimate of a
     share none of n exceeded. Zero of 32 rises is no proof of a risk below 1.5%: it says about 3%
     (1 / 34); zero of the week's 10,000 minutes says 0.01%. A scale-down needs this within the
     allowed risk as well: the measurements must show the risk is within budget, not only fail to
@@ -829,7 +829,7 @@ def evidence_floor(risk: Risk) -> float:
 
 
 def evidence_minutes(risk: Risk) -> int:
-    """The minutes the measured risk stands on: the week's once it has a tail, else the six hours'."""
+    """The minutes the measured risk stands on: the week's once it has a tail, else the three hours'."""
     return risk.week_minutes if risk.p_week is not None else risk.samples
 
 

@@ -191,7 +191,7 @@ class Memory:
     # so it is computed once per slot, not at every tick.
     seasonal_memo: tuple[int, int, float | None] | None = None
     # Recent rises (core/risk.py): the minute in progress (index, sum of demand samples, count), the
-    # closed minutes' mean demand one lead time back, and the normalised rise measured from each closed minute of the last six
+    # closed minutes' mean demand one lead time back, and the normalised rise measured from each closed minute of the last three
     # hours (time order, and the same values sorted for the probability: derived, not serialised).
     minute_now: tuple[int, float, int, float] | None = None  # (index, sum, count, busiest tick)
     minute_max: tuple[tuple[int, float, float], ...] = ()  # (index, mean, busiest tick)
@@ -200,7 +200,7 @@ class Memory:
     # The same rises as (rise, base, reached), sorted; empty when any rise's base is not known
     # (memory saved before bases were kept), and the rise alone decides (derived, not serialised).
     rise_reach: tuple[tuple[float, float, float], ...] = ()
-    # The week's tail (core/risk.py, ``tail_changes``): a rise that leaves the six hours joins its
+    # The week's tail (core/risk.py, ``tail_changes``): a rise that leaves the three hours joins its
     # hour, (hour index, minutes measured in it, its TAIL_PER_HOUR highest rises as (rise, base,
     # reached), sorted), for TAIL_HOURS hours; the rises of its closed hours (all but the
     # last) sorted, and the count of minutes they all stand for (derived, not serialised).

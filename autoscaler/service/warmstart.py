@@ -1,7 +1,7 @@
 """The live warm start (docs/live.md, "Warm start"): a first start of a site reads the fleet's
 recorded demand from Prometheus and folds it into the core's memory.
 
-What is read: the last ``forecast.seasonal_days`` days (at least the risk's six hours of recent
+What is read: the last ``forecast.seasonal_days`` days (at least the risk's three hours of recent
 rises, ``RECENT_MINUTES``, when that is 0) up to now, of the demand the core decides on live
 (running + queued over the policy's groups, ``prom_history.fetch_demand_history``), at a step of
 the tick interval, but at least ``MIN_STEP_S`` and at most a minute: fine enough for the risk's
@@ -38,7 +38,7 @@ def history_range(policy: Policy, now: float) -> tuple[float, float, float]:
     """(start, end, step) of the read, on the step's grid: e.g. seasonal_days 7, tick 15 s, now
     12:00:07 -> (12:00:00 seven days ago, 12:00:00, 15 s). The recent rises' span and the step follow
     the core's minute (``forecast.minute_s``): a compressed fleet's minute (2 s, ticks of 1 s) is
-    shorter than two steps of 15 s, so it is read at half a minute, 1 s, over its 360 minutes of 2 s."""
+    shorter than two steps of 15 s, so it is read at half a minute, 1 s, over its 180 minutes of 2 s."""
     minute = policy.forecast.minute_s
     span = max(policy.forecast.seasonal_days * DAY_S, RECENT_MINUTES * minute)
     step = min(MAX_STEP_S, max(MIN_STEP_S, float(policy.scaling.tick_interval_s)))
