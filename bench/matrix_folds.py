@@ -46,6 +46,16 @@ def summary(rows: list[dict]) -> str:
     return f"{line}, worst gap {max(gaps):+.3f} pp, SLO misses {misses}, meet all three {-neg_met} of {len(rows)}"
 
 
+def folds(cands: list[tuple[str, list[dict]]]) -> dict[str, str]:
+    """Each trace held out -> the candidate chosen on the others (the first of equal scores)."""
+    traces = sorted({r["trace"] for _, rows in cands for r in rows})
+    out = {}
+    for held in traces:
+        train = {label: [r for r in rows if r["trace"] != held] for label, rows in cands}
+        out[held] = min(train, key=lambda k: score(train[k]))
+    return out
+
+
 def main() -> int:
     if len(sys.argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -59,9 +69,7 @@ def main() -> int:
         print(f"{'all':10} {label:>8}: {summary(rows)}")
     print()
     held_rows = []
-    for held in traces:
-        train = {label: [r for r in rows if r["trace"] != held] for label, rows in cands}
-        pick = min(train, key=lambda k: score(train[k]))
+    for held, pick in folds(cands).items():
         test = [r for r in dict(cands)[pick] if r["trace"] == held]
         held_rows += test
         print(f"fold: held out {SHORT.get(held, held)} -> chosen on the other four: {pick}; held out: {summary(test)}")

@@ -57,3 +57,21 @@ def test_the_best_single_reference_is_the_one_setting_meeting_the_most_cells_few
     # two cells each: the tie goes to the setting without an SLO miss
     assert cv_matrix.best_single_reference(rows) == ("hpa@0.6", 2, 0)
     assert cv_matrix.best_single_reference([]) is None
+
+
+def test_matrix_folds_choose_on_the_other_traces_slo_misses_first() -> None:
+    spec = importlib.util.spec_from_file_location("matrix_folds", REPO / "bench" / "matrix_folds.py")
+    assert spec is not None and spec.loader is not None
+    folds_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(folds_mod)
+
+    def row(trace: str, saved: float, gap: float, met: bool) -> dict:
+        return {"trace": trace, "ours": {"node_hours": 100.0 - saved}, "refs": {"static": {"node_hours": 100.0}},
+                "verdict": {"slo_within_0_5pp_of_static": gap <= 0.5, "meets_targets": met, "slo_gap_vs_static_pp": gap}}
+
+    # "bold" saves more everywhere and meets more cells, but loses the SLO on trace a
+    careful = [row("a", 1, 0.1, True), row("b", 1, 0.1, False), row("c", 1, 0.1, False)]
+    bold = [row("a", 9, 0.7, False), row("b", 9, 0.2, True), row("c", 9, 0.2, True)]
+    chosen = folds_mod.folds([("careful", careful), ("bold", bold)])
+    # holding a out, bold meets b and c without an SLO miss; with a in the training set its miss rules it out
+    assert chosen == {"a": "bold", "b": "careful", "c": "careful"}
