@@ -42,6 +42,8 @@ M = [
  ("autoscaler/core/decide.py", "and fits and judged <= allowed_misses\n", "and fits\n", f"{W}::test_the_weeks_burst_holds_a_drain_the_three_hours_allow"),
  ("autoscaler/core/risk.py", "            for r in tops:\n                del values[bisect_right(values, r) - 1]", "            pass", f"{F}::test_the_tails_sorted_rises_updated_an_hour_at_a_time_are_the_full_sort"),
  ("autoscaler/core/risk.py", "measured > stop_above and n >= PRIOR_RISES", "n >= PRIOR_RISES", f"{F}::test_a_replay_without_the_holds_numbers_takes_the_same_decisions"),
+ ("autoscaler/core/risk.py", "return Risk(measured, measured, None, 0.0, n, 0, resolution, None, week, measured)", "return Risk(measured, measured, None, 0.0, n, 0, resolution, None, 0, measured)", f"{F}::test_the_fast_path_drains_where_the_explained_decision_drains_on_the_weeks_evidence"),
+ ("autoscaler/core/risk.py", "    return risk.week_minutes or risk.samples", "    return risk.week_minutes if risk.p_week is not None else risk.samples", f"{F}::test_the_fast_path_drains_where_the_explained_decision_drains_on_the_weeks_evidence"),
  ("autoscaler/core/risk.py", "    return min(MAX_BOLDNESS, burn)\n\n\ndef allowed_risk", "    return 1.0\n\n\ndef allowed_risk", f"{N}::test_headroom_is_the_burn_between_one_and_twice"),
  ("autoscaler/core/risk.py", "    if burn is None or burn <= 1.0:\n        return 1.0\n    return min(", "    if burn is None:\n        return 1.0\n    return min(", f"{N}::test_a_burning_budget_starts_a_group_before_requests_queue"),
  ("autoscaler/core/decide.py", "        self.per_group = self.per_group / self.headroom", "        self.per_group = self.per_group", f"{N}::test_a_burning_budget_starts_a_group_before_requests_queue"),

@@ -102,3 +102,35 @@ def test_the_fast_path_holds_a_drain_the_utilisation_cap_refuses():
     for explain in (True, False):
         d, _ = decide(sig, fleet("ready", "ready", "ready"), policy, mem, T0, explain=explain)
         assert d.action is Action.HOLD, (explain, d.detail)
+
+
+def test_the_fast_path_drains_where_the_explained_decision_drains_on_the_weeks_evidence():
+    """A replay's early answer (``stop_above``) keeps the week's minutes for the evidence floor. Budget
+    0.25%; this tick's arrivals with no miss make the burn 0.73 x: 0.34% allowed as a chance,
+    0.25% in requests. Demand 3 on 3 groups; 2 left carry 8.4. The three hours: 1 of 180 rises
+    exceeds (3 -> 20), 0.56% as a chance, above 0.34%: the early answer; the week's tail adds 480
+    quiet minutes. In requests (100/s, TTFT target 3 s: 300 queued make every arrival miss) the drain
+    adds 0.0021% of arrivals, and the evidence floor is 1 / (660 + 2) = 0.15%: a drain, explained or
+    not (the three hours alone said 1 / 182 = 0.55%, above the 0.34% allowed). The cold start's
+    evidence floor is on here (min_measured_rises 30), as shipped."""
+    from core_helpers import T0, fleet, make_policy, signals
+
+    from autoscaler.core import Action, Memory, decide
+    from autoscaler.core.risk import exceed_probability
+
+    policy = make_policy(slo={"capacity_miss_budget_pct": 0.25},
+                         scaling={"scale_down": {"stabilization_s": 0, "min_measured_rises": 30}})
+    minute, hour = int(T0 // 60), int(T0 // 3600)
+    recent = tuple(sorted(((0.0, 3.0, 3.0),) * 179 + ((8.5, 3.0, 20.0),)))
+    tail = ((hour - 24, 420, ()), (hour - 23, 60, ()))  # the same time of day yesterday: 480 quiet minutes
+    mem = Memory(minute_now=(minute, 3.0, 1, 3.0), rises_sorted=tuple(r[0] for r in recent), rise_reach=recent,
+                 rise_tail=tail, tail_sorted=closed_tail_rises(tail), tail_minutes=480)
+    early = exceed_probability(mem, policy, T0, 8.4, 615, stop_above=0.004)
+    assert early.probability == pytest.approx(1 / 180) and early.p_week is None and early.week_minutes == 660
+    full = exceed_probability(mem, policy, T0, 8.4, 615)
+    assert full.p_week == pytest.approx(1 / 660) and full.week_minutes == 660
+    sig = signals(g1=(1, 0, 0.2), g2=(1, 0, 0.2), g3=(1, 0, 0.2), request_rate=100.0)
+    for explain in (True, False):
+        d, _ = decide(sig, fleet("ready", "ready", "ready"), policy, mem, T0, explain=explain)
+        assert d.action is Action.SCALE_DOWN, (explain, d.detail)
+    assert "expected added misses 0.0021% of arrivals" in d.detail and "allows 0.25% in requests (0.34% as a chance)" in d.detail, d.detail

@@ -573,7 +573,12 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
             over = sum(1 for _, b, top in reach[first:] if level + (top - b) > capacity)
     measured = over / n if n else 0.0
     if stop_above is not None and measured > stop_above and n >= PRIOR_RISES and resolution == "minute":
-        return Risk(measured, measured, None, 0.0, n, 0, resolution, None, 0, measured)
+        # The minutes the evidence stands on are the week's all the same (``evidence_minutes``): a
+        # drain judged in requests may pass with this P above ``stop_above``, and its evidence
+        # floor, 1 / (minutes + 2), must be the one the full count gives (the three hours alone
+        # said 1 / 182 = 0.55%, above an allowed 0.4%, where the week's minutes allow the drain).
+        week = n + tail_view(memory, now, policy.scaling.scale_down.tail_within_h)[3] if memory.tail_minutes else 0
+        return Risk(measured, measured, None, 0.0, n, 0, resolution, None, week, measured)
     p_hours, p_week, week_minutes = measured, None, 0
     if memory.tail_minutes and n >= PRIOR_RISES and resolution == "minute":
         # The week's tail: a quiet three hours do not prove that the week's bursts are gone. The three
@@ -829,8 +834,10 @@ def evidence_floor(risk: Risk) -> float:
 
 
 def evidence_minutes(risk: Risk) -> int:
-    """The minutes the measured risk stands on: the week's once it has a tail, else the three hours'."""
-    return risk.week_minutes if risk.p_week is not None else risk.samples
+    """The minutes the measured risk stands on: the week's once it has a tail, else the three hours'.
+    (``week_minutes`` is 0 without the week's tail; a replay's early answer, ``stop_above``, counts
+    the week's minutes without its share.)"""
+    return risk.week_minutes or risk.samples
 
 
 def burn_changes(memory: Memory, policy: Policy, now: float, arrivals_per_s: float | None, queued: float,
