@@ -52,6 +52,7 @@ from autoscaler.core.risk import (
     expected_miss_share,
     headroom,
     lead_minutes,
+    level_now,
     minute_changes,
     open_drain_watch,
     return_risk,
@@ -558,6 +559,20 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         return False, "", {}
     risk: Risk | None = None
     allowed, burn = allowed_risk(t.memory, policy)
+    # The risk in requests (core/risk.py, expected_miss_share): the misses the drain adds per
+    # arrival, against the same allowed share; without a request rate, the chance of any excess.
+    # Asked when there is a risk (a level to measure from: ``level_now``) and the numbers it needs.
+    misses = None
+    rate = t.signals.fleet.request_rate
+    if (down.excess_minutes is not None and remaining > 0 and rate is not None and math.isfinite(rate) and rate > 0
+            and level_now(t.memory) is not None):
+        misses = expected_miss_share(t.memory, policy, t.now, capacity, capacity + t.base_per_group / room,
+                                     rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes,
+                                     stop_above=None if explain else min(allowed, policy.slo.capacity_miss_budget_pct / 100.0))
+        if not explain and misses is not None and misses.share > min(allowed, policy.slo.capacity_miss_budget_pct / 100.0):
+            # Only "within what is allowed?" matters, and the risk in requests already says no
+            # (most ticks of a replay): the exceedance risk, which only adds conditions, is not asked.
+            return False, "", {}
     if remaining > 0:
         # Without ``explain`` only "within what is allowed?" matters: the risk may stop counting
         # once the six hours alone say no (core/risk.py); a drain is then explained in full.
@@ -567,15 +582,6 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # The measurements must show the risk within budget (core/risk.py, evidence_floor): part of the
     # cold start's hold, off with it (scale_down.min_measured_rises 0).
     floor = evidence_floor(risk) if risk is not None and need else 0.0
-    # The risk in requests (core/risk.py, expected_miss_share): the misses the drain adds per
-    # arrival, against the same allowed share; without a request rate, the chance of any excess.
-    misses = None
-    rate = t.signals.fleet.request_rate
-    if (down.excess_minutes is not None and risk is not None and remaining > 0 and rate is not None
-            and math.isfinite(rate) and rate > 0):
-        misses = expected_miss_share(t.memory, policy, t.now, capacity, capacity + t.base_per_group / room,
-                                     rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes,
-                                     stop_above=None if explain else min(allowed, policy.slo.capacity_miss_budget_pct / 100.0))
     judged = misses.share if misses is not None else risk.probability if risk is not None else math.inf
     # In requests the budget is the budget: an unspent one allows no more than itself (the exceedance
     # risk, a proxy, may take up to twice it); a burning one halves it as before. At 2x, five groups
