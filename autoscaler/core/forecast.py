@@ -46,8 +46,16 @@ def lead_time_s(policy: Policy, memory: Memory) -> tuple[float, str]:
     """
     samples = memory.startup_durations_s
     if len(samples) >= policy.forecast.min_startup_samples:
-        return p95(samples), f"p95 of {len(samples)} measured start-ups"
+        # The samples change only at a start-up (record_startup): the answer for the same tuple is
+        # kept (it holds the tuple, so the identity cannot be reused by another).
+        memo = _LEAD_MEMO
+        if memo[0] is not samples:
+            memo[:] = [samples, (p95(samples), f"p95 of {len(samples)} measured start-ups")]
+        return memo[1]
     return policy.fleet.startup_expected_s, "fleet.startup_expected_s"
+
+
+_LEAD_MEMO: list = [None, None]  # (the start-up samples, their lead time and its source)
 
 
 def record_startup(memory: Memory, seconds: float) -> Memory:

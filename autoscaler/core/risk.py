@@ -691,7 +691,10 @@ def _added_sum(z: np.ndarray, u: np.ndarray, level: float, scale: float, after: 
         return total
     # clip((top - after) / full, 0, 1) - clip((top - before) / full, 0, 1), summed: the same numbers
     # as np.clip gives, by the bare ufuncs in place (np.clip's wrapper cost a third of the call).
-    top = _minimum(level + z * scale, level + u)
+    # (level + min(z x scale, u) is min(level + z x scale, level + u) to the bit: adding level is monotone)
+    top = z * scale
+    _minimum(top, u, out=top)
+    top += level
     a = top - after
     a /= full
     _minimum(a, 1.0, out=a)
@@ -701,10 +704,10 @@ def _added_sum(z: np.ndarray, u: np.ndarray, level: float, scale: float, after: 
     _minimum(top, 1.0, out=top)
     _maximum(top, 0.0, out=top)
     a -= top
-    return float(a.sum())
+    return float(_add_reduce(a))  # (a.sum() without its Python wrapper: the same pairwise sum)
 
 
-_minimum, _maximum = np.minimum, np.maximum
+_minimum, _maximum, _add_reduce = np.minimum, np.maximum, np.add.reduce
 
 
 def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float, before: float,
@@ -1033,8 +1036,12 @@ def headroom(burn: float | None) -> float:
 
 def allowed_risk(memory: Memory, policy: Policy) -> tuple[float, float | None]:
     """(the exceedance probability a scale-down may take, the burn rate it was set from)."""
+    return allowed_risk_at(burn_rate(memory, policy), policy)
+
+
+def allowed_risk_at(burn: float | None, policy: Policy) -> tuple[float, float | None]:
+    """``allowed_risk`` for a burn rate already read (``burn_rate``)."""
     budget = policy.slo.capacity_miss_budget_pct / 100.0
-    burn = burn_rate(memory, policy)
     if burn is None:
         return budget, None
     factor = min(MAX_BOLDNESS, max(1.0 / MAX_BOLDNESS, 1.0 / burn))
