@@ -132,14 +132,18 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
     if n < 4 or (samples[-1][0] - samples[0][0]) * n / (n - 1) < 0.95 * window:
         return None
     base = samples[0][0]
-    st = sd = stt = std = sdd = 0.0
-    for t, d in samples:  # one pass; times relative to the first sample to keep precision
-        t -= base
-        st += t
-        sd += d
-        stt += t * t
-        std += t * d
-        sdd += d * d
+    sums = _exact_sums(samples)
+    if sums is not None:
+        st, sd, stt, std, sdd = sums
+    else:
+        st = sd = stt = std = sdd = 0.0
+        for t, d in samples:  # one pass; times relative to the first sample to keep precision
+            t -= base
+            st += t
+            sd += d
+            stt += t * t
+            std += t * d
+            sdd += d * d
     var = stt - st * st / n
     if var <= 1e-9:
         return None
@@ -157,6 +161,66 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
         x = now + horizon - mt
         projection = max(level, projection - TREND_CONFIDENCE_Z * math.sqrt(residual * (1.0 / n + x * x / var)))
     return max(0.0, level), max(0.0, projection)
+
+
+# The trend's sums carried from tick to tick (``_exact_sums``): (the samples they are of, their
+# sums of t, t^2, d, t x d and d^2 as integers).
+_SUMS_MEMO: list = [None, None]
+_EXACT_LIMIT = 2**20  # each t - t0 and |d| at most this, and at most 2^12 samples: every term and sum under 2^52
+
+
+def _exact_sums(samples: tuple[tuple[float, float], ...]) -> tuple[float, float, float, float, float] | None:
+    """``_trend``'s five sums (of t, d, t^2, t x d, d^2, t relative to the first sample), when every
+    time and demand is a whole number (a replay's, or a fleet's on whole seconds), the times rise,
+    and the window is small enough that the loop's float arithmetic is exact: then its sums are the
+    integers' sums, to the bit, whatever the order, and they are carried from the tick before (a
+    sample out, one in) instead of summed over the window again. None otherwise: the loop decides."""
+    n = len(samples)
+    if n > 4096:
+        return None
+    memo = _SUMS_MEMO
+    prev = memo[0]
+    exact = None
+    if prev is not None:
+        drop = len(prev) + 1 - n
+        if 0 <= drop <= len(prev) and samples[:-1] == prev[drop:]:
+            t, d = samples[-1]
+            if t.is_integer() and d.is_integer() and (n == 1 or t > samples[-2][0]):
+                it, id_ = int(t), int(d)
+                s_t, s_tt, s_d, s_td, s_dd = memo[1]
+                for t0, d0 in prev[:drop]:
+                    i0, j0 = int(t0), int(d0)
+                    s_t -= i0
+                    s_tt -= i0 * i0
+                    s_d -= j0
+                    s_td -= i0 * j0
+                    s_dd -= j0 * j0
+                exact = (s_t + it, s_tt + it * it, s_d + id_, s_td + it * id_, s_dd + id_ * id_)
+    if exact is None:
+        last = None
+        s_t = s_tt = s_d = s_td = s_dd = 0
+        for t, d in samples:
+            if not (t.is_integer() and d.is_integer()) or (last is not None and t <= last):
+                memo[:] = [None, None]
+                return None
+            last = t
+            it, id_ = int(t), int(d)
+            s_t += it
+            s_tt += it * it
+            s_d += id_
+            s_td += it * id_
+            s_dd += id_ * id_
+        exact = (s_t, s_tt, s_d, s_td, s_dd)
+    memo[:] = [samples, exact]
+    base = int(samples[0][0])
+    s_t, s_tt, s_d, s_td, s_dd = exact
+    # (the times rise: each t - b is at most the last's; each d^2 is at most the sum of them)
+    if int(samples[-1][0]) - base > _EXACT_LIMIT or s_dd > _EXACT_LIMIT * _EXACT_LIMIT:
+        return None
+    # relative to the first sample: sum (t - b) = S_t - n b; sum (t - b)^2 = S_tt - 2 b S_t + n b^2;
+    # sum (t - b) d = S_td - b S_d
+    return (float(s_t - n * base), float(s_d), float(s_tt - 2 * base * s_t + n * base * base),
+            float(s_td - base * s_d), float(s_dd))
 
 
 def _quantile(values: list[float], q: float) -> float:
