@@ -181,7 +181,7 @@ class _Tick:
                                         signals.ttft_over_target))
             if scaling.scale_down.silence_s is not None:
                 changes.update(traffic_changes(memory, now, fl.request_rate, self.demand, scaling.tick_interval_s))
-            memory = memory.with_(**changes)
+            memory = memory.with_changes(changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
                 memory = seasonal_peaks_memo(memory, policy, now, self.risk_horizon)
