@@ -76,7 +76,9 @@ def demand_changes(memory: Memory, policy: Policy, now: float, demand: float, le
     drop = 0
     while drop < len(samples) and samples[drop][0] <= cutoff:
         drop += 1
+    old = samples
     samples = samples[drop:] + ((now, demand),)
+    _carry_sums(old, samples, drop)
     slot = int(now // SLOT_S)
     current = memory.slot_now
     by_slot = memory.demand_by_slot
@@ -163,10 +165,39 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
     return max(0.0, level), max(0.0, projection)
 
 
-# The trend's sums carried from tick to tick (``_exact_sums``): (the samples they are of, their
-# sums of t, t^2, d, t x d and d^2 as integers).
-_SUMS_MEMO: list = [None, None]
+# The trend's sums carried from tick to tick (``_exact_sums``): (the samples they are of, the time
+# they count from, their sums of t, t^2, d, t x d and d^2 as integers).
+_SUMS_MEMO: list = [None, 0, None]
 _EXACT_LIMIT = 2**20  # each t - t0 and |d| at most this, and at most 2^12 samples: every term and sum under 2^52
+
+
+def _whole(x: float) -> bool:
+    """A float with no fraction (an int, or a float's subclass, is left to the loop)."""
+    return type(x) is float and x.is_integer()
+
+
+def _carry_sums(old: tuple, samples: tuple, drop: int) -> None:
+    """The memo of ``_exact_sums`` carried from ``old`` to ``samples`` (``old[drop:]`` and one sample
+    more, as ``demand_changes`` builds them): the dropped samples' terms out, the new one's in.
+    Nothing when the memo is not of ``old`` or the new sample is not a whole number after the last."""
+    memo = _SUMS_MEMO
+    if memo[0] is not old:
+        return
+    memo[0] = None
+    t, d = samples[-1]
+    if not (_whole(t) and _whole(d) and (len(samples) == 1 or t > samples[-2][0])):
+        return
+    origin = memo[1]
+    s_t, s_tt, s_d, s_td, s_dd = memo[2]
+    for t0, d0 in old[:drop]:
+        i, j = int(t0) - origin, int(d0)
+        s_t -= i
+        s_tt -= i * i
+        s_d -= j
+        s_td -= i * j
+        s_dd -= j * j
+    i, j = int(t) - origin, int(d)
+    memo[:] = [samples, origin, (s_t + i, s_tt + i * i, s_d + j, s_td + i * j, s_dd + j * j)]
 
 
 def _exact_sums(samples: tuple[tuple[float, float], ...]) -> tuple[float, float, float, float, float] | None:
@@ -174,53 +205,37 @@ def _exact_sums(samples: tuple[tuple[float, float], ...]) -> tuple[float, float,
     time and demand is a whole number (a replay's, or a fleet's on whole seconds), the times rise,
     and the window is small enough that the loop's float arithmetic is exact: then its sums are the
     integers' sums, to the bit, whatever the order, and they are carried from the tick before (a
-    sample out, one in) instead of summed over the window again. None otherwise: the loop decides."""
+    sample out, one in: ``_carry_sums``) instead of summed over the window again. None otherwise:
+    the loop decides."""
     n = len(samples)
     if n > 4096:
         return None
     memo = _SUMS_MEMO
-    prev = memo[0]
-    exact = None
-    if prev is not None:
-        drop = len(prev) + 1 - n
-        if 0 <= drop <= len(prev) and samples[:-1] == prev[drop:]:
-            t, d = samples[-1]
-            if t.is_integer() and d.is_integer() and (n == 1 or t > samples[-2][0]):
-                it, id_ = int(t), int(d)
-                s_t, s_tt, s_d, s_td, s_dd = memo[1]
-                for t0, d0 in prev[:drop]:
-                    i0, j0 = int(t0), int(d0)
-                    s_t -= i0
-                    s_tt -= i0 * i0
-                    s_d -= j0
-                    s_td -= i0 * j0
-                    s_dd -= j0 * j0
-                exact = (s_t + it, s_tt + it * it, s_d + id_, s_td + it * id_, s_dd + id_ * id_)
-    if exact is None:
+    if memo[0] is not samples:
+        origin = int(samples[0][0]) if _whole(samples[0][0]) else 0
         last = None
         s_t = s_tt = s_d = s_td = s_dd = 0
         for t, d in samples:
-            if not (t.is_integer() and d.is_integer()) or (last is not None and t <= last):
-                memo[:] = [None, None]
+            if not (_whole(t) and _whole(d)) or (last is not None and t <= last):
+                memo[0] = None
                 return None
             last = t
-            it, id_ = int(t), int(d)
-            s_t += it
-            s_tt += it * it
-            s_d += id_
-            s_td += it * id_
-            s_dd += id_ * id_
-        exact = (s_t, s_tt, s_d, s_td, s_dd)
-    memo[:] = [samples, exact]
-    base = int(samples[0][0])
-    s_t, s_tt, s_d, s_td, s_dd = exact
-    # (the times rise: each t - b is at most the last's; each d^2 is at most the sum of them)
-    if int(samples[-1][0]) - base > _EXACT_LIMIT or s_dd > _EXACT_LIMIT * _EXACT_LIMIT:
+            i, j = int(t) - origin, int(d)
+            s_t += i
+            s_tt += i * i
+            s_d += j
+            s_td += i * j
+            s_dd += j * j
+        memo[:] = [samples, origin, (s_t, s_tt, s_d, s_td, s_dd)]
+    s_t, s_tt, s_d, s_td, s_dd = memo[2]
+    b = int(samples[0][0]) - memo[1]
+    # (the times rise: each t - t0 is at most the last's; each d^2 is at most the sum of them)
+    if int(samples[-1][0]) - memo[1] - b > _EXACT_LIMIT or s_dd > _EXACT_LIMIT * _EXACT_LIMIT:
         return None
     # relative to the first sample: sum (t - b) = S_t - n b; sum (t - b)^2 = S_tt - 2 b S_t + n b^2;
     # sum (t - b) d = S_td - b S_d
-    return (float(s_t - n * base), float(s_d), float(s_tt - 2 * base * s_t + n * base * base),
-            float(s_td - base * s_d), float(s_dd))
+    return (float(s_t - n * b), float(s_d), float(s_tt - 2 * b * s_t + n * b * b), float(s_td - b * s_d),
+            float(s_dd))
 
 
 def _quantile(values: list[float], q: float) -> float:
