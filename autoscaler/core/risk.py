@@ -472,6 +472,14 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
         # The day's slots from one before the first moment to the last moment's lead time, read once:
         # moment k (slot centre - w + k) has its level at k, k + 1 and its slots ahead at k + 2 ...
         row = [get(s) for s in range(centre - w - 1, centre + w + ahead + 1)]
+        if None not in row:  # every slot known (most days): the same maxima without the None checks
+            for k in range(2 * w + 1):
+                level, nxt = row[k], row[k + 1]
+                if nxt > level:  # (the first of equals, as _highest and max keep it)
+                    level = nxt
+                growths.append((max(row[k + 2:k + 2 + ahead]) + 1.0) / (level + 1.0))
+            days_used += 1
+            continue
         found = False
         for k in range(2 * w + 1):
             level = _highest(row, k, k + 2)
@@ -695,19 +703,16 @@ def _added_sum(z: np.ndarray, u: np.ndarray, level: float, scale: float, after: 
     top = z * scale
     _minimum(top, u, out=top)
     top += level
-    a = top - after
-    a /= full
-    _minimum(a, 1.0, out=a)
-    _maximum(a, 0.0, out=a)
-    top -= before
-    top /= full
-    _minimum(top, 1.0, out=top)
-    _maximum(top, 0.0, out=top)
-    a -= top
-    return float(_add_reduce(a))  # (a.sum() without its Python wrapper: the same pairwise sum)
+    # Both clips at once, (top - after) / full in the first row and (top - before) / full in the
+    # second: the same numbers, in half the ufunc calls.
+    both = top - _array(((after,), (before,)))
+    both /= full
+    _minimum(both, 1.0, out=both)
+    _maximum(both, 0.0, out=both)
+    return float(_add_reduce(both[0] - both[1]))  # (a.sum() without its Python wrapper: the same pairwise sum)
 
 
-_minimum, _maximum, _add_reduce = np.minimum, np.maximum, np.add.reduce
+_minimum, _maximum, _add_reduce, _array = np.minimum, np.maximum, np.add.reduce, np.array
 
 
 def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float, before: float,
