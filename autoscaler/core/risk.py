@@ -68,6 +68,7 @@ import math
 from bisect import bisect_right, insort
 from dataclasses import dataclass
 from itertools import chain
+from typing import cast
 
 import numpy as np
 
@@ -473,11 +474,12 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
         # moment k (slot centre - w + k) has its level at k, k + 1 and its slots ahead at k + 2 ...
         row = [get(s) for s in range(centre - w - 1, centre + w + ahead + 1)]
         if None not in row:  # every slot known (most days): the same maxima without the None checks
+            known = cast(list[float], row)
             for k in range(2 * w + 1):
-                level, nxt = row[k], row[k + 1]
+                level, nxt = known[k], known[k + 1]
                 if nxt > level:  # (the first of equals, as _highest and max keep it)
                     level = nxt
-                growths.append((max(row[k + 2:k + 2 + ahead]) + 1.0) / (level + 1.0))
+                growths.append((max(known[k + 2:k + 2 + ahead]) + 1.0) / (level + 1.0))
             days_used += 1
             continue
         found = False
