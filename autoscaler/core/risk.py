@@ -476,10 +476,10 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
         if None not in row:  # every slot known (most days): the same maxima without the None checks
             known = cast(list[float], row)
             for k in range(2 * w + 1):
-                level, nxt = known[k], known[k + 1]
-                if nxt > level:  # (the first of equals, as _highest and max keep it)
-                    level = nxt
-                growths.append((max(known[k + 2:k + 2 + ahead]) + 1.0) / (level + 1.0))
+                low, nxt = known[k], known[k + 1]
+                if nxt > low:  # (the first of equals, as _highest and max keep it)
+                    low = nxt
+                growths.append((max(known[k + 2:k + 2 + ahead]) + 1.0) / (low + 1.0))
             days_used += 1
             continue
         found = False
