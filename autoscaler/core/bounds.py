@@ -47,9 +47,20 @@ def local_time(policy: Policy, now: float) -> datetime:
     return datetime.fromtimestamp(now, tz=policy.schedules.zone)
 
 
+# The fleet's own bounds, which hold at every instant of a policy without windows or a pin: one
+# frozen Bounds per (floor, ceiling) instead of a new one at every tick.
+_FLEET_BOUNDS: dict[tuple[int, int], Bounds] = {}
+
+
 def effective_bounds(policy: Policy, now: float) -> Bounds:
     fleet = policy.fleet
     pin = policy.schedules.pin
+    if pin is None and not policy.schedules.windows:
+        key = (fleet.floor_groups, fleet.ceiling_groups)
+        bounds = _FLEET_BOUNDS.get(key)
+        if bounds is None:
+            bounds = _FLEET_BOUNDS[key] = Bounds(key[0], key[1], "fleet", "fleet")
+        return bounds
     if pin is not None and now < pin.until.timestamp():
         n = min(max(pin.groups, fleet.floor_groups), fleet.ceiling_groups)
         return Bounds(n, n, "pin", "pin", pinned=True)

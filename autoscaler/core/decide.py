@@ -33,6 +33,7 @@ Order of the rules (the first that applies decides):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +42,7 @@ from autoscaler.core.forecast import ForecastResult, demand_changes, forecast, l
 from autoscaler.core.risk import (
     SILENCE_BUDGET_SHARE,
     Risk,
-    allowed_risk,
+    allowed_risk_at,
     burn_changes,
     burn_rate,
     burn_rates,
@@ -52,6 +53,7 @@ from autoscaler.core.risk import (
     expected_miss_share,
     headroom,
     lead_minutes,
+    level_now,
     minute_changes,
     open_drain_watch,
     return_risk,
@@ -111,7 +113,6 @@ class _Tick:
                  explain: bool = True):
         self.signals, self.fleet, self.policy, self.now = signals, fleet, policy, now
         self.explain = explain
-        self.order = {name: i for i, name in enumerate(fleet.groups)}
         # The groups of each phase the rules read, in one pass (policy order kept).
         by_phase: dict[Phase, list[GroupState]] = {Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: []}
         for g in fleet.groups.values():
@@ -180,7 +181,7 @@ class _Tick:
                                         signals.ttft_over_target))
             if scaling.scale_down.silence_s is not None:
                 changes.update(traffic_changes(memory, now, fl.request_rate, self.demand, scaling.tick_interval_s))
-            memory = memory.with_(**changes)
+            memory = memory.with_changes(changes)
             if policy.forecast.enabled:
                 memory = seasonal_memo(memory, policy, now, self.horizon)
                 memory = seasonal_peaks_memo(memory, policy, now, self.risk_horizon)
@@ -195,6 +196,11 @@ class _Tick:
         self.headroom = headroom(self.burn)
         self.base_per_group = self.per_group
         self.per_group = self.per_group / self.headroom
+
+    @property
+    def order(self) -> dict[str, int]:
+        """Each group's place in the policy order (the victim's tie-break): only a drain reads it."""
+        return {name: i for i, name in enumerate(self.fleet.groups)}
 
     def _problem_in(self, names: tuple[str, ...]) -> Problem | None:
         for p in self.problems:
@@ -255,9 +261,31 @@ def decide(
 
 def _hold(t: _Tick, reason: Reason, detail: str, memory: Memory | None = None, **extra: Any):
     if not t.explain:
-        return Decision(Action.HOLD, t.active, None, reason, "", {}), (memory or t.memory)
+        return _unexplained_hold(t.active, reason), (memory or t.memory)
     decision = Decision(Action.HOLD, t.active, None, reason, detail, t.inputs(**extra))
     return decision, (memory or t.memory)
+
+
+# A hold without its numbers (``explain=False``) is the same value for the same groups and reason:
+# one frozen instance each, with no inputs (read-only, so that no holder can change another's).
+class _NoInputs(dict):
+    """An empty dict that stays empty (shared by every unexplained hold; a dict, so that it pickles)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("an unexplained hold's inputs are empty and read-only")
+
+    __setitem__ = __delitem__ = __ior__ = update = setdefault = pop = popitem = clear = _refuse
+
+
+_UNEXPLAINED: dict[tuple[int, Reason], Decision] = {}
+_NO_INPUTS: Mapping[str, Any] = _NoInputs()
+
+
+def _unexplained_hold(active: int, reason: Reason) -> Decision:
+    decision = _UNEXPLAINED.get((active, reason))
+    if decision is None:
+        decision = _UNEXPLAINED[(active, reason)] = Decision(Action.HOLD, active, None, reason, "", _NO_INPUTS)
+    return decision
 
 
 def _start(t: _Tick, count: int, reason: Reason, detail: str, forecast_used: bool = False, **extra: Any):
@@ -325,40 +353,50 @@ def _below_floor(t: _Tick):
 
 def _scale_up(t: _Tick):
     policy, up = t.policy, t.policy.scaling.scale_up
-    wants: list[tuple[int, Reason, str, bool]] = []  # (groups wanted, reason, detail, on forecast)
+    # (groups wanted, reason, its detail when asked, on forecast): the detail is written only for a
+    # start or an explained hold (a replay's holds are not explained, and most ticks at the ceiling
+    # want more groups than it allows)
+    wants: list[tuple[int, Reason, Callable[[], str], bool]] = []
     ready = len(t.ready)
     demand: float | None
     queued: float | None
-    of = ""
     if t.demand is not None:
-        demand, queued, of = t.demand, t.queued, f"running {_fmt(t.running)} + queued {_fmt(t.queued)}"
+        demand, queued = t.demand, t.queued
+
+        def of() -> str:
+            return f"running {_fmt(t.running)} + queued {_fmt(t.queued)}"
     elif t.demand_floor is not None:  # some groups unknown: what the others carry is a lower bound
         demand, queued = t.demand_floor, t.queued_floor
-        of = f"at least: {', '.join(t.unknown)} unknown"
+
+        def of() -> str:
+            return f"at least: {', '.join(t.unknown)} unknown"
     else:
         demand = queued = None
     serving = t.serving
-    leaving = f" ({', '.join(g.name for g in t.cordoned)} cordoned, not counted)" if t.cordoned else ""
+
+    def leaving() -> str:
+        return f" ({', '.join(g.name for g in t.cordoned)} cordoned, not counted)" if t.cordoned else ""
     if demand is not None and queued is not None:
         need = groups_needed(demand, t.per_group) + t.spare
         if up.on_utilization and need > serving:
             # 11 requests / (6 x 0.7 = 4.2 per group) -> 3 groups
             wants.append((need, Reason.UTILIZATION_HIGH,
-                          f"demand {_fmt(demand)} ({of}) "
+                          lambda: f"demand {_fmt(demand)} ({of()}) "
                           f"> {serving} groups x {_fmt(t.per_group)} = {_fmt(serving * t.per_group)}"
-                          f"{_headroom_note(t)}{leaving}; "
+                          f"{_headroom_note(t)}{leaving()}; "
                           f"needs {need}" + (f" incl. {t.spare} spare" if t.spare else ""), False))
         if (up.queued_per_group_above is not None and ready and queued is not None
                 and queued / ready > up.queued_per_group_above):
             wants.append((ready + 1, Reason.QUEUE_HIGH,
-                          f"queued {_fmt(queued)} over {ready} ready groups = {_fmt(queued / ready)} per group "
-                          f"> {_fmt(up.queued_per_group_above)}", False))
+                          lambda: f"queued {_fmt(queued)} over {ready} ready groups = {_fmt(queued / ready)} "
+                          f"per group > {_fmt(up.queued_per_group_above)}", False))
         if t.fc is not None and t.fc.basis != "current":
-            need_fc = groups_needed(t.fc.peak, t.per_group) + t.spare
+            fc = t.fc
+            need_fc = groups_needed(fc.peak, t.per_group) + t.spare
             if need_fc > serving:
                 wants.append((need_fc, Reason.FORECAST_HIGH,
-                              f"forecast demand {_fmt(t.fc.peak)} ({t.fc.basis}) within {_fmt(t.fc.horizon_s)} s "
-                              f"> {serving} groups x {_fmt(t.per_group)}{_headroom_note(t)}{leaving}; "
+                              lambda: f"forecast demand {_fmt(fc.peak)} ({fc.basis}) within {_fmt(fc.horizon_s)} s "
+                              f"> {serving} groups x {_fmt(t.per_group)}{_headroom_note(t)}{leaving()}; "
                               f"needs {need_fc}", True))
     fleet = t.signals.fleet
     capacity_miss = False
@@ -378,13 +416,17 @@ def _scale_up(t: _Tick):
             t.memory = t.memory.with_(slo_miss_since=since)
         if t.now - since >= up.slo_burn_for_s:
             wants.append((ready + 1, Reason.SLO_BURN,
-                          f"TTFT p{policy.slo.ttft_percentile:g} {_fmt(fleet.ttft_p99_s)} s > target "
+                          lambda: f"TTFT p{policy.slo.ttft_percentile:g} {_fmt(fleet.ttft_p99_s)} s > target "
                           f"{_fmt(policy.slo.ttft_target_s)} s with {why} for {_fmt(t.now - since)} s", False))
     if not wants:
         return None
-    want, reason, detail, on_forecast = max(wants, key=lambda w: w[0])  # first of equals wins (list order)
+    want, reason, detail_of, on_forecast = max(wants, key=lambda w: w[0])  # first of equals wins (list order)
     if want <= serving:
         return None
+    # Cordoned groups still count against the ceiling (they are running): 7 wanted on g1 ready and
+    # g2 starting, cordoned, ceiling 3 -> serving 1, min(7 - 1, 3 - 2, +2) = 1 start (g3).
+    starts = min(want - serving, t.bounds.ceiling - t.active, up.max_groups_per_decision)
+    detail = detail_of() if starts > 0 or t.explain else ""  # (an unexplained hold has no detail)
     if t.cordoned:
         names = ", ".join(g.name for g in t.cordoned)
         if want <= t.active:  # the groups there would do, but the cordoned ones are leaving
@@ -392,9 +434,6 @@ def _scale_up(t: _Tick):
             detail = f"{names} cordoned: {detail}, so a replacement starts before it drains"
         else:
             detail += f"; {names} cordoned"
-    # Cordoned groups still count against the ceiling (they are running): 7 wanted on g1 ready and
-    # g2 starting, cordoned, ceiling 3 -> serving 1, min(7 - 1, 3 - 2, +2) = 1 start (g3).
-    starts = min(want - serving, t.bounds.ceiling - t.active, up.max_groups_per_decision)
     if starts <= 0:  # demand wants more: no surplus, whatever the ceiling says
         keeps = f" ({', '.join(g.name for g in t.cordoned)} stays until the others carry the load)" \
             if t.cordoned else ""
@@ -557,7 +596,21 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     if not explain and not fits:
         return False, "", {}
     risk: Risk | None = None
-    allowed, burn = allowed_risk(t.memory, policy)
+    allowed, burn = allowed_risk_at(t.burn, policy)  # (t.burn is the memory's: burn_rate(t.memory))
+    # The risk in requests (core/risk.py, expected_miss_share): the misses the drain adds per
+    # arrival, against the same allowed share; without a request rate, the chance of any excess.
+    # Asked when there is a risk (a level to measure from: ``level_now``) and the numbers it needs.
+    misses = None
+    rate = t.signals.fleet.request_rate
+    if (down.excess_minutes is not None and remaining > 0 and rate is not None and math.isfinite(rate) and rate > 0
+            and level_now(t.memory) is not None):
+        misses = expected_miss_share(t.memory, policy, t.now, capacity, capacity + t.base_per_group / room,
+                                     rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes,
+                                     stop_above=None if explain else min(allowed, policy.slo.capacity_miss_budget_pct / 100.0))
+        if not explain and misses is not None and misses.share > min(allowed, policy.slo.capacity_miss_budget_pct / 100.0):
+            # Only "within what is allowed?" matters, and the risk in requests already says no
+            # (most ticks of a replay): the exceedance risk, which only adds conditions, is not asked.
+            return False, "", {}
     if remaining > 0:
         # Without ``explain`` only "within what is allowed?" matters: the risk may stop counting
         # once the three hours alone say no (core/risk.py); a drain is then explained in full.
@@ -567,15 +620,6 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # The measurements must show the risk within budget (core/risk.py, evidence_floor): part of the
     # cold start's hold, off with it (scale_down.min_measured_rises 0).
     floor = evidence_floor(risk) if risk is not None and need else 0.0
-    # The risk in requests (core/risk.py, expected_miss_share): the misses the drain adds per
-    # arrival, against the same allowed share; without a request rate, the chance of any excess.
-    misses = None
-    rate = t.signals.fleet.request_rate
-    if (down.excess_minutes is not None and risk is not None and remaining > 0 and rate is not None
-            and math.isfinite(rate) and rate > 0):
-        misses = expected_miss_share(t.memory, policy, t.now, capacity, capacity + t.base_per_group / room,
-                                     rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes,
-                                     stop_above=None if explain else min(allowed, policy.slo.capacity_miss_budget_pct / 100.0))
     judged = misses.share if misses is not None else risk.probability if risk is not None else math.inf
     # In requests the budget is the budget: an unspent one allows no more than itself (the exceedance
     # risk, a proxy, may take up to twice it); a burning one halves it as before. At 2x, five groups

@@ -46,8 +46,16 @@ def lead_time_s(policy: Policy, memory: Memory) -> tuple[float, str]:
     """
     samples = memory.startup_durations_s
     if len(samples) >= policy.forecast.min_startup_samples:
-        return p95(samples), f"p95 of {len(samples)} measured start-ups"
+        # The samples change only at a start-up (record_startup): the answer for the same tuple is
+        # kept (it holds the tuple, so the identity cannot be reused by another).
+        memo = _LEAD_MEMO
+        if memo[0] is not samples:
+            memo[:] = [samples, (p95(samples), f"p95 of {len(samples)} measured start-ups")]
+        return memo[1]
     return policy.fleet.startup_expected_s, "fleet.startup_expected_s"
+
+
+_LEAD_MEMO: list = [None, None]  # (the start-up samples, their lead time and its source)
 
 
 def record_startup(memory: Memory, seconds: float) -> Memory:
@@ -68,7 +76,9 @@ def demand_changes(memory: Memory, policy: Policy, now: float, demand: float, le
     drop = 0
     while drop < len(samples) and samples[drop][0] <= cutoff:
         drop += 1
+    old = samples
     samples = samples[drop:] + ((now, demand),)
+    _carry_sums(old, samples, drop)
     slot = int(now // SLOT_S)
     current = memory.slot_now
     by_slot = memory.demand_by_slot
@@ -124,14 +134,18 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
     if n < 4 or (samples[-1][0] - samples[0][0]) * n / (n - 1) < 0.95 * window:
         return None
     base = samples[0][0]
-    st = sd = stt = std = sdd = 0.0
-    for t, d in samples:  # one pass; times relative to the first sample to keep precision
-        t -= base
-        st += t
-        sd += d
-        stt += t * t
-        std += t * d
-        sdd += d * d
+    sums = _exact_sums(samples)
+    if sums is not None:
+        st, sd, stt, std, sdd = sums
+    else:
+        st = sd = stt = std = sdd = 0.0
+        for t, d in samples:  # one pass; times relative to the first sample to keep precision
+            t -= base
+            st += t
+            sd += d
+            stt += t * t
+            std += t * d
+            sdd += d * d
     var = stt - st * st / n
     if var <= 1e-9:
         return None
@@ -149,6 +163,79 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
         x = now + horizon - mt
         projection = max(level, projection - TREND_CONFIDENCE_Z * math.sqrt(residual * (1.0 / n + x * x / var)))
     return max(0.0, level), max(0.0, projection)
+
+
+# The trend's sums carried from tick to tick (``_exact_sums``): (the samples they are of, the time
+# they count from, their sums of t, t^2, d, t x d and d^2 as integers).
+_SUMS_MEMO: list = [None, 0, None]
+_EXACT_LIMIT = 2**20  # each t - t0 and |d| at most this, and at most 2^12 samples: every term and sum under 2^52
+
+
+def _whole(x: float) -> bool:
+    """A float with no fraction (an int, or a float's subclass, is left to the loop)."""
+    return type(x) is float and x.is_integer()
+
+
+def _carry_sums(old: tuple, samples: tuple, drop: int) -> None:
+    """The memo of ``_exact_sums`` carried from ``old`` to ``samples`` (``old[drop:]`` and one sample
+    more, as ``demand_changes`` builds them): the dropped samples' terms out, the new one's in.
+    Nothing when the memo is not of ``old`` or the new sample is not a whole number after the last."""
+    memo = _SUMS_MEMO
+    if memo[0] is not old:
+        return
+    memo[0] = None
+    t, d = samples[-1]
+    if not (_whole(t) and _whole(d) and (len(samples) == 1 or t > samples[-2][0])):
+        return
+    origin = memo[1]
+    s_t, s_tt, s_d, s_td, s_dd = memo[2]
+    for t0, d0 in old[:drop]:
+        i, j = int(t0) - origin, int(d0)
+        s_t -= i
+        s_tt -= i * i
+        s_d -= j
+        s_td -= i * j
+        s_dd -= j * j
+    i, j = int(t) - origin, int(d)
+    memo[:] = [samples, origin, (s_t + i, s_tt + i * i, s_d + j, s_td + i * j, s_dd + j * j)]
+
+
+def _exact_sums(samples: tuple[tuple[float, float], ...]) -> tuple[float, float, float, float, float] | None:
+    """``_trend``'s five sums (of t, d, t^2, t x d, d^2, t relative to the first sample), when every
+    time and demand is a whole number (a replay's, or a fleet's on whole seconds), the times rise,
+    and the window is small enough that the loop's float arithmetic is exact: then its sums are the
+    integers' sums, to the bit, whatever the order, and they are carried from the tick before (a
+    sample out, one in: ``_carry_sums``) instead of summed over the window again. None otherwise:
+    the loop decides."""
+    n = len(samples)
+    if n > 4096:
+        return None
+    memo = _SUMS_MEMO
+    if memo[0] is not samples:
+        origin = int(samples[0][0]) if _whole(samples[0][0]) else 0
+        last = None
+        s_t = s_tt = s_d = s_td = s_dd = 0
+        for t, d in samples:
+            if not (_whole(t) and _whole(d)) or (last is not None and t <= last):
+                memo[0] = None
+                return None
+            last = t
+            i, j = int(t) - origin, int(d)
+            s_t += i
+            s_tt += i * i
+            s_d += j
+            s_td += i * j
+            s_dd += j * j
+        memo[:] = [samples, origin, (s_t, s_tt, s_d, s_td, s_dd)]
+    s_t, s_tt, s_d, s_td, s_dd = memo[2]
+    b = int(samples[0][0]) - memo[1]
+    # (the times rise: each t - t0 is at most the last's; each d^2 is at most the sum of them)
+    if int(samples[-1][0]) - memo[1] - b > _EXACT_LIMIT or s_dd > _EXACT_LIMIT * _EXACT_LIMIT:
+        return None
+    # relative to the first sample: sum (t - b) = S_t - n b; sum (t - b)^2 = S_tt - 2 b S_t + n b^2;
+    # sum (t - b) d = S_td - b S_d
+    return (float(s_t - n * b), float(s_d), float(s_tt - 2 * b * s_t + n * b * b), float(s_td - b * s_d),
+            float(s_dd))
 
 
 def _quantile(values: list[float], q: float) -> float:

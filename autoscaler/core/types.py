@@ -7,7 +7,7 @@ core never reads the clock, ``now`` is a parameter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from enum import StrEnum
@@ -301,18 +301,11 @@ class Memory:
         return out
 
     def with_(self, **changes: Any) -> Memory:
-        # dataclasses.replace() re-validates every field; this runs several times at every tick of a
-        # 14-day replay: read every field in one attrgetter call, then write each through its slot's
-        # setter (a frozen class's object.__setattr__ would look the name up each time).
-        new = object.__new__(Memory)
-        for set_slot, value in zip(_SLOT_SETTERS, _ALL_FIELDS(self)):
-            set_slot(new, value)
-        for name, value in changes.items():
-            set_slot = _SLOT_SETTER.get(name)
-            if set_slot is None:
-                raise TypeError(f"Memory has no field {name!r}")
-            set_slot(new, value)
-        return new
+        return _copy_with(self, changes)
+
+    def with_changes(self, changes: Mapping[str, Any]) -> Memory:
+        """``with_`` for changes already in a dict (the core gathers a tick's in one)."""
+        return _copy_with(self, changes)
 
 
 def _tail_list(tail: tuple) -> list:
@@ -352,6 +345,31 @@ _ALL_FIELDS = attrgetter(*_MEMORY_FIELDS)
 # Each field's slot descriptor's __set__ (slots=True: a member descriptor per field), in field order.
 _SLOT_SETTERS = tuple(Memory.__dict__[name].__set__ for name in _MEMORY_FIELDS)
 _SLOT_SETTER = dict(zip(_MEMORY_FIELDS, _SLOT_SETTERS))
+
+
+def _copy_with_source() -> str:
+    """The source of ``_copy_with(memory, changes)``: a copy of ``memory`` with ``changes`` (field ->
+    value). dataclasses.replace() re-validates every field, and this runs at every tick of a 14-day
+    replay: every field is read in one attrgetter call and written through its slot's setter (a
+    frozen class's object.__setattr__ would look the name up each time), one statement a field
+    rather than a loop over them (a third less time)."""
+    values = ", ".join(f"v{i}" for i in range(len(_MEMORY_FIELDS)))
+    lines = ["def _copy_with(self, changes):", "    new = _new(Memory)", f"    {values}, = _ALL_FIELDS(self)"]
+    lines += [f"    _set{i}(new, v{i})" for i in range(len(_MEMORY_FIELDS))]
+    lines += ["    for name, value in changes.items():",
+              "        set_slot = _SLOT_SETTER.get(name)",
+              "        if set_slot is None:",
+              "            raise TypeError(f\"Memory has no field {name!r}\")",
+              "        set_slot(new, value)",
+              "    return new"]
+    return "\n".join(lines)
+
+
+_namespace: dict[str, Any] = {"_new": object.__new__, "Memory": Memory, "_ALL_FIELDS": _ALL_FIELDS,
+                              "_SLOT_SETTER": _SLOT_SETTER}
+_namespace.update({f"_set{i}": setter for i, setter in enumerate(_SLOT_SETTERS)})
+exec(_copy_with_source(), _namespace)
+_copy_with: Callable[[Memory, Mapping[str, Any]], Memory] = _namespace["_copy_with"]
 
 
 @dataclass(frozen=True, slots=True)
