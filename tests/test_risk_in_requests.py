@@ -84,15 +84,37 @@ def _steady(excess_minutes: float | None, rate: float):
 
 def test_a_drain_judged_in_requests_where_the_chance_of_an_excess_holds():
     # In requests, at 4 requests/s x 3 s = 12 queued to make every arrival miss: demand 13 on 6 slots
-    # is 7 / 12 = 0.583 of arrivals, on 12 slots 1 / 12 = 0.083: 0.5 added, for 1 minute of 11:
-    # 12 x 0.5 / 11 / 360 = 0.15%, within the 1% budget -> drain.
+    # is 7 / 12 = 0.583 of arrivals, on always-on's 18 slots none: 0.583 added, for 1 minute of 11:
+    # 12 x (7 / 12) / 11 / 360 = 0.18%, within the 1% budget -> drain.
     d, _ = _steady(1.0, rate=4.0)
     assert d.action is Action.SCALE_DOWN and d.reason is Reason.SURPLUS, d.detail
-    assert d.inputs["expected_misses"]["share"] == pytest.approx(12 * 0.5 / 11 / 360, abs=1e-6)
+    assert d.inputs["expected_misses"]["share"] == pytest.approx(12 * (7 / 12) / 11 / 360, abs=1e-6)
     assert "expected added misses" in d.detail
     # The exceedance risk (null) holds the same moment: 3.3% > the allowed 1% (unmeasured burn).
     d, _ = _steady(None, rate=4.0)
     assert d.action is Action.HOLD and d.inputs["expected_misses"] is None, d.detail
+
+
+def test_a_drain_is_judged_against_always_on_not_against_one_group_more():
+    # Two of three groups ready, a drain to one: 6 slots after, 12 with the group kept, 18 always-on.
+    # At 0.1 requests/s 0.3 queued make every arrival miss: the moments reaching 13 miss all arrivals
+    # on 6 slots and on 12 alike, none on always-on's 18. Judged against the group kept, the drain
+    # adds nothing (each step of a cascade looked free, and at five groups an on/off trace lost 10 pp
+    # of SLO that way); against always-on each moment adds 1: held 4 minutes of 11,
+    # 12 x 1 x 4 / 11 / 360 = 1.21% > the 1% budget -> hold.
+    policy = make_policy(scaling={"target_utilization": 1.0, "scale_down": {
+        "min_measured_rises": 0, "excess_minutes": 4.0, "utilization_below": 0.9,
+        "stabilization_s": 0, "cooldown_after_scale_up_s": 0, "min_group_uptime_s": 0}})
+    z = (13.0 - 5.0) / 6.0 ** 0.5
+    mem = Memory(minute_now=(MINUTE, 5.0, 1), surplus_since=T0 - 3600,
+                 **_reach(*([(0.0, 5.0, 5.0)] * 348 + [(z, 5.0, 13.0)] * 12)))
+    sig = signals(g1=(3, 0, 0.2), g2=(2, 0, 0.1), request_rate=0.1)
+    d, _ = decide(sig, fleet("ready", "ready", "off"), policy, mem, T0)
+    assert d.inputs["expected_misses"]["share"] == pytest.approx(12 * 1 * 4 / 11 / 360, abs=1e-6)
+    assert d.action is Action.HOLD, d.detail
+    # against one group more (12 slots) the same moments would add 0
+    kept = expected_miss_share(mem, policy, T0, after=6.0, before=12.0, queue_to_miss=0.3, lead_s=615, excess_minutes=4.0)
+    assert kept is not None and kept.share == 0.0
 
 
 def test_without_a_request_rate_the_chance_of_an_excess_decides():
@@ -145,8 +167,8 @@ def test_an_unspent_budget_allows_no_more_than_itself_in_requests():
     # The burn measured and unspent: no miss in 100,000 arrivals at the tests' 1% budget is a burn of
     # (0 + 10) / (100,000 + 1,000) / 1% = 0.0099, which lets the chance of an excess take 2 x 1% = 2%.
     # In requests the budget is the budget: 1%. The docstring's moments at a rate of 2/s (6 queued make
-    # every arrival miss): reaching 13 on 6 slots, 7 queued: all; on 12 slots, 1 queued: 1/6; added
-    # 5/6 each, held 2 minutes of 11: 12 x (5/6) x 2 / 11 / 360 = 0.505%; held 4: 1.01% -> hold at 1%
+    # every arrival miss): reaching 13 on 6 slots, 7 queued: all; on always-on's 18 slots none; added
+    # 1 each, held 2 minutes of 11: 12 x 1 x 2 / 11 / 360 = 0.606%; held 4: 1.21% -> hold at 1%
     # (a drain at the 2% a chance may take).
     policy = make_policy(scaling={"target_utilization": 1.0, "scale_down": {
         "min_measured_rises": 0, "excess_minutes": 4.0, "utilization_below": 0.9,
@@ -157,7 +179,7 @@ def test_an_unspent_budget_allows_no_more_than_itself_in_requests():
                  **_reach(*([(0.0, 5.0, 5.0)] * 348 + [(z, 5.0, 13.0)] * 12)))
     sig = signals(g1=(3, 0, 0.2), g2=(2, 0, 0.1), request_rate=2.0)
     d, _ = decide(sig, fleet("ready", "ready", "off"), policy, mem, T0)
-    assert d.inputs["expected_misses"]["share"] == pytest.approx(12 * (5 / 6) * 4 / 11 / 360, abs=1e-6)
+    assert d.inputs["expected_misses"]["share"] == pytest.approx(12 * 1 * 4 / 11 / 360, abs=1e-6)
     assert d.action is Action.HOLD and "allows 1% in requests (2% as a chance)" in d.detail, d.detail
     half = make_policy(scaling={"target_utilization": 1.0, "scale_down": {
         "min_measured_rises": 0, "excess_minutes": 2.0, "utilization_below": 0.9,

@@ -604,7 +604,12 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     rate = t.signals.fleet.request_rate
     if (down.excess_minutes is not None and remaining > 0 and rate is not None and math.isfinite(rate) and rate > 0
             and level_now(t.memory) is not None):
-        misses = expected_miss_share(t.memory, policy, t.now, capacity, capacity + t.base_per_group / room,
+        # Against always-on (the ceiling's groups at their real capacity), not against one group
+        # more: the budget counts the misses ours adds to always-on's, and a drain judged against the
+        # fleet it leaves let each step of a cascade add up to the budget again (and, with the
+        # headroom of a burning budget shrinking both fleets, a burst that swamped both added
+        # nothing: on an on/off trace at five groups four steps down at 0.1-0.2% each, 10 pp of SLO).
+        misses = expected_miss_share(t.memory, policy, t.now, capacity, t.bounds.ceiling * t.base_per_group,
                                      rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes,
                                      stop_above=None if explain else min(allowed, policy.slo.capacity_miss_budget_pct / 100.0))
         if not explain and misses is not None and misses.share > min(allowed, policy.slo.capacity_miss_budget_pct / 100.0):
