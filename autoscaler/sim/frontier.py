@@ -343,7 +343,7 @@ def _outer_bound(ref: dict[str, Any]) -> str:
 def warnings_for(points: list[dict[str, Any]], policy: Policy, warmup_s: float) -> list[str]:
     """When not to trust the frontier: too short (less than a week scored: a week's peaks are not
     in it), too cold (less than half the scored time has a week of the core's memory behind it:
-    the risk's six hours and the week's tail), too few requests (0.5 pp is under 50 of them)."""
+    the risk's three hours of recent rises and the week's tail), too few requests (0.5 pp is under 50 of them)."""
     p = points[0]
     out: list[str] = []
     scored_h = scored_hours(p, policy)
@@ -354,7 +354,7 @@ def warnings_for(points: list[dict[str, Any]], policy: Policy, warmup_s: float) 
     warm_h = max(0.0, scored_h - max(0.0, WEEK_H - warmup_s / 3600.0))
     if warm_h < scored_h / 2:
         out.append(f"too cold: only {warm_h:.0f} of the {scored_h:.0f} scored hours follow a week of replayed "
-                   "memory (the risk's six hours and the week's tail); give a longer trace or --warmup-hours")
+                   "memory (the risk's three hours of recent rises and the week's tail); give a longer trace or --warmup-hours")
     if p["requests"] < MIN_REQUESTS:
         out.append(f"too few requests: {p['requests']:,} scored, so {SLO_BAR_PP:g} pp is "
                    f"{p['requests'] * SLO_BAR_PP / 100:.0f} requests; one burst moves a point across the bar")
