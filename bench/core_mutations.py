@@ -195,6 +195,7 @@ M = [
  ("autoscaler/core/risk.py", "    return long if short is None or long > short else short", "    return long", f"{N}::test_the_burn_is_the_higher_of_six_hours_and_three_days"),
 # the drain's risk in requests (tests/test_risk_in_requests.py)
  ("autoscaler/core/decide.py", "capacity, t.bounds.ceiling * t.base_per_group,", "capacity, capacity + t.base_per_group / room,", f"{RQ}::test_a_drain_is_judged_against_always_on_not_against_one_group_more"),
+ ("autoscaler/core/decide.py", "capacity, t.bounds.ceiling * t.base_per_group,", "capacity, t.bounds.ceiling * t.per_group,", f"{RQ}::test_a_drain_is_judged_against_always_on_not_against_one_group_more"),
  ("autoscaler/core/risk.py", "    return (a if a < 1.0 else 1.0) - (0.0 if b <= 0.0 else b if b < 1.0 else 1.0)", "    return a if a < 1.0 else 1.0", f"{RQ}::test_the_added_share_at_one_height"),
  ("autoscaler/core/risk.py", "    weight_per_moment = min(1.0, excess_minutes / lead_minutes(lead_s, policy.forecast.minute_s))", "    weight_per_moment = 1.0", f"{RQ}::test_the_docstring_example"),
  ("autoscaler/core/decide.py", "    judged = misses.share if misses is not None else", "    judged = risk.probability if risk is not None else", f"{RQ}::test_a_drain_judged_in_requests_where_the_chance_of_an_excess_holds"),

@@ -39,7 +39,7 @@ def _swinging_trace(path: Path, hours: int = 8) -> Path:
 @pytest.mark.parametrize("trace_of,pu", [("swing", 0.5), ("swing", 0.8), ("swing-30h", 0.5), (AZURE, 0.35),
                                          (MOONCAKE, 0.5)])
 def test_a_replay_without_the_holds_numbers_takes_the_same_decisions(trace_of, pu, tmp_path):
-    """(30 hours: a day of the week's tail, where the fast path stops counting once the six hours'
+    """(30 hours: a day of the week's tail, where the fast path stops counting once the three hours'
     rises alone refuse the drain.)"""
     policy = load_policy(ROOT / "policies/default.yaml").policy
     hours = 30 if trace_of == "swing-30h" else 8

@@ -338,3 +338,12 @@ def test_a_frontier_from_prometheus_history_equals_single_runs(recorded, tmp_pat
         assert without_wall(p) == without_wall({k: v for k, v in single.items() if k not in SHARED}), budget
         assert without_wall(out["reference"]) == without_wall(single["reference"])
     assert out["points"][0]["node_hours"] != out["points"][1]["node_hours"], out["points"]
+
+
+def test_a_week_of_trust_is_the_core_memory_of_recent_rises_and_the_weeks_tail():
+    # "too short" and "too cold" measure against the core's memory: the recent rises (three hours)
+    # and the week's tail before them (165 hours): a week, 168 hours.
+    from autoscaler.core.risk import RECENT_MINUTES, TAIL_HOURS
+    from autoscaler.sim.frontier import WEEK_H
+
+    assert WEEK_H == TAIL_HOURS + RECENT_MINUTES / 60 == 7 * 24

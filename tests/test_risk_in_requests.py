@@ -115,6 +115,21 @@ def test_a_drain_is_judged_against_always_on_not_against_one_group_more():
     # against one group more (12 slots) the same moments would add 0
     kept = expected_miss_share(mem, policy, T0, after=6.0, before=12.0, queue_to_miss=0.3, lead_s=615, excess_minutes=4.0)
     assert kept is not None and kept.share == 0.0
+    # A burning budget (3,000 misses in 100,000 arrivals: 3 x the 1% budget, headroom 2) shrinks the
+    # fleet after the drain to 6 / 2 = 3 slots, but not always-on: still 18 slots. Today's level 2
+    # (under 3); 12 of 360 moments reach 10: 7 over 3 slots, none over 18: 1 each, 1.21% as before.
+    # With always-on shrunk as well (9 slots) those moments would swamp both and add nothing.
+    z2 = (10.0 - 2.0) / 3.0 ** 0.5
+    low = Memory(minute_now=(MINUTE, 2.0, 1), surplus_since=T0 - 3600, budget_burn=(3000.0, 100_000.0, T0),
+                 budget_burn_long=(3000.0, 100_000.0, T0),
+                 **_reach(*([(0.0, 2.0, 2.0)] * 348 + [(z2, 2.0, 10.0)] * 12)))
+    d, _ = decide(signals(g1=(1, 0, 0.2), g2=(1, 0, 0.1), request_rate=0.1), fleet("ready", "ready", "off"),
+                  policy, low, T0)
+    assert "the budget burns" in d.detail and d.action is Action.HOLD, d.detail
+    assert d.inputs["expected_misses"]["share"] == pytest.approx(12 * 1 * 4 / 11 / 360, abs=1e-6)
+    shrunk = expected_miss_share(low, policy, T0, after=3.0, before=9.0, queue_to_miss=0.3, lead_s=615,
+                                 excess_minutes=4.0)
+    assert shrunk is not None and shrunk.share == 0.0
 
 
 def test_without_a_request_rate_the_chance_of_an_excess_decides():
@@ -135,7 +150,7 @@ def _tail_memory() -> Memory:
     burst = ((10.0, 5.0, 30.0),) * 2
     tail = ((hour - day - 13, 60, burst),   # 20:00 two days' hours back: a burst hour
             (hour - day - 1, 60, ((0.0, 5.0, 5.0),)),  # 08:00 yesterday: quiet
-            (hour - 7, 60, ()))  # the hour in progress, past the six hours
+            (hour - 7, 60, ()))  # the hour in progress, past the recent hours
     return Memory(minute_now=(MINUTE, 5.0, 1, 5.0), rises_sorted=(0.0,) * 360, rise_reach=((0.0, 5.0, 5.0),) * 360,
                   rise_tail=tail, tail_sorted=closed_tail_rises(tail), tail_minutes=180)
 

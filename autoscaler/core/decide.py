@@ -604,7 +604,8 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     rate = t.signals.fleet.request_rate
     if (down.excess_minutes is not None and remaining > 0 and rate is not None and math.isfinite(rate) and rate > 0
             and level_now(t.memory) is not None):
-        # Against always-on (the ceiling's groups at their real capacity), not against one group
+        # Against always-on (the ceiling's groups, as an operator's window or pin caps it, at the
+        # requests a group carries at target, unshrunk by a burning budget), not against one group
         # more: the budget counts the misses ours adds to always-on's, and a drain judged against the
         # fleet it leaves let each step of a cascade add up to the budget again (and, with the
         # headroom of a burning budget shrinking both fleets, a burst that swamped both added

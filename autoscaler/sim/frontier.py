@@ -24,7 +24,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, cast
 
-from autoscaler.core.risk import TAIL_HOURS
+from autoscaler.core.risk import RECENT_MINUTES, TAIL_HOURS
 from autoscaler.errors import BadInput
 from autoscaler.policy.loader import parse_policy
 from autoscaler.policy.model import Policy
@@ -46,10 +46,10 @@ DEFAULT_BUDGETS = "0.1,0.25,0.5,1,2,4"
 BUDGET_KEY = "capacity_miss_budget_pct"
 # The SLO's bar (docs/interfaces.md, "The order of the targets"): SLO attainment >= always-on's - 0.5 pp.
 SLO_BAR_PP = 0.5
-# Trust: the core's risk remembers six hours and the week's tail behind them (core/risk.py), so a
+# Trust: the core's risk remembers its recent rises and the week's tail behind them (core/risk.py), so a
 # week of scored traffic holds a week's peaks, and a scored minute that has a week of memory behind
 # it is "warm". Fewer than this many requests make 0.5 pp fewer than 50 requests: one burst.
-WEEK_H = TAIL_HOURS + 6.0
+WEEK_H = TAIL_HOURS + RECENT_MINUTES / 60.0  # 165 + 3 = 168 h (at the default minute)
 MIN_REQUESTS = 10_000
 HOURS_PER_MONTH = Fraction(730)  # 8,760 h / 12, as the ledger's cost report (autoscaler/ledger/cost.py)
 # The keys of a point that the frontier's reader compares (the rest are in simulate --json too).
