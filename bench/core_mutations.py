@@ -199,7 +199,7 @@ M = [
  ("autoscaler/core/risk.py", "    return (a if a < 1.0 else 1.0) - (0.0 if b <= 0.0 else b if b < 1.0 else 1.0)", "    return a if a < 1.0 else 1.0", f"{RQ}::test_the_added_share_at_one_height"),
  ("autoscaler/core/risk.py", "    weight_per_moment = min(1.0, excess_minutes / lead_minutes(lead_s, policy.forecast.minute_s))", "    weight_per_moment = 1.0", f"{RQ}::test_the_docstring_example"),
  ("autoscaler/core/decide.py", "    judged = misses.share if misses is not None else", "    judged = risk.probability if risk is not None else", f"{RQ}::test_a_drain_judged_in_requests_where_the_chance_of_an_excess_holds"),
- ("autoscaler/core/decide.py", "    allowed_misses = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0) if misses is not None else allowed", "    allowed_misses = allowed", f"{RQ}::test_an_unspent_budget_allows_no_more_than_itself_in_requests"),
+ ("autoscaler/core/decide.py", "    allowed_in_requests = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0)", "    allowed_in_requests = allowed", f"{RQ}::test_an_unspent_budget_allows_no_more_than_itself_in_requests"),
  ("autoscaler/core/risk.py", "    return min(d, 24 - d) <= within_h", "    return True", f"{RQ}::test_the_tail_seen_from_this_time_of_day_keeps_only_the_hours_near_it"),
  ("autoscaler/core/risk.py", "    return min(d, 24 - d) <= within_h", "    return d <= within_h", f"{RQ}::test_the_tail_seen_from_this_time_of_day_keeps_only_the_hours_near_it"),
 # the silence drain (issue 33), in tests/test_silence_drain.py

@@ -18,6 +18,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cv_matrix import cell_key  # noqa: E402
+
 
 def load(path: str) -> dict:
     raw = Path(path).read_bytes()
@@ -37,7 +40,7 @@ def main() -> int:
     for r in rows:
         if not r["verdict"].get("dominated_by"):
             continue
-        refs = cache[f"{r['trace']}|{r['seed']}|{r['pu']}"]
+        refs = cache[cell_key(r["trace"], r["seed"], r["pu"])]
         static, ours = refs["static"], r["ours"]
         span = 60.0 * static["node_hours"] / nodes  # always-on runs every node the whole trace
         cands = [(k, v) for k, v in refs.items() if v and k not in ("oracle", "oracle_rate")

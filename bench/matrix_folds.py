@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cv_matrix import SHORT, score  # noqa: E402
+from cv_matrix import SHORT, score, share  # noqa: E402
 
 
 def load(spec: str) -> tuple[str, list[dict]]:
@@ -38,7 +38,7 @@ def summary(rows: list[dict]) -> str:
         rb = sum(r["refs"]["static"]["node_hours"] for r in rated)
         ro = rb - sum(r["refs"]["oracle_rate"]["node_hours"] for r in rated)
         oo = rb - sum(r["ours"]["node_hours"] for r in rated)
-        line += f" (rate oracle {100 * ro / rb:5.2f}%: {100 * oo / ro:4.0f}%)" if ro > 0 else " (rate oracle 0%)"
+        line += f" (rate oracle {100 * ro / rb:5.2f}%: {share(oo, ro):>4})"
     else:
         line += " " * 31
     gaps = [r["verdict"]["slo_gap_vs_static_pp"] for r in rows]

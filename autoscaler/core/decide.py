@@ -597,6 +597,10 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         return False, "", {}
     risk: Risk | None = None
     allowed, burn = allowed_risk_at(t.burn, policy)  # (t.burn is the memory's: burn_rate(t.memory))
+    # In requests the budget is the budget: an unspent one allows no more than itself (the exceedance
+    # risk, a proxy, may take up to twice it); a burning one halves it as before. At 2x, five groups
+    # spent 0.495 pp of the 0.5 pp bar on m-small (seed 0, 0.35).
+    allowed_in_requests = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0)
     # The risk in requests (core/risk.py, expected_miss_share): the misses the drain adds per
     # arrival, against the same allowed share; without a request rate, the chance of any excess.
     # Asked when there is a risk (a level to measure from: ``level_now``) and the numbers it needs.
@@ -612,8 +616,8 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         # nothing: on an on/off trace at five groups four steps down at 0.1-0.2% each, 10 pp of SLO).
         misses = expected_miss_share(t.memory, policy, t.now, capacity, t.bounds.ceiling * t.base_per_group,
                                      rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes,
-                                     stop_above=None if explain else min(allowed, policy.slo.capacity_miss_budget_pct / 100.0))
-        if not explain and misses is not None and misses.share > min(allowed, policy.slo.capacity_miss_budget_pct / 100.0):
+                                     stop_above=None if explain else allowed_in_requests)
+        if not explain and misses is not None and misses.share > allowed_in_requests:
             # Only "within what is allowed?" matters, and the risk in requests already says no
             # (most ticks of a replay): the exceedance risk, which only adds conditions, is not asked.
             return False, "", {}
@@ -627,10 +631,7 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # cold start's hold, off with it (scale_down.min_measured_rises 0).
     floor = evidence_floor(risk) if risk is not None and need else 0.0
     judged = misses.share if misses is not None else risk.probability if risk is not None else math.inf
-    # In requests the budget is the budget: an unspent one allows no more than itself (the exceedance
-    # risk, a proxy, may take up to twice it); a burning one halves it as before. At 2x, five groups
-    # spent 0.495 pp of the 0.5 pp bar on m-small (seed 0, 0.35).
-    allowed_misses = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0) if misses is not None else allowed
+    allowed_misses = allowed_in_requests if misses is not None else allowed
     surplus = (risk is not None and risk.samples >= need and fits and judged <= allowed_misses
                and floor <= allowed)
     if not explain:
