@@ -106,6 +106,30 @@ def _fmt(x: float | None) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
 
 
+# (the fleet state, ``_phases`` of it): it holds the state, so the identity cannot be reused by another
+_PHASES_MEMO: list = [None, None]
+_Phases = tuple[list[GroupState], list[GroupState], list[GroupState], list[GroupState], float]
+
+
+def _phases(fleet: FleetState) -> _Phases:
+    """(ready, starting, draining, cordoned active groups, the latest ``since`` of a ready group) of
+    ``fleet``, in policy order, memoised for the fleet state. Cordoned active groups are leaving:
+    capacity while they are there, not counted by the scale-ups (their replacement starts before
+    they drain)."""
+    by_phase: dict[Phase, list[GroupState]] = {Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: []}
+    for g in fleet.groups.values():
+        bucket = by_phase.get(g.phase)
+        if bucket is not None:
+            bucket.append(g)
+    ready, starting = by_phase[Phase.READY], by_phase[Phase.STARTING]
+    cordoned: list[GroupState] = [g for g in ready + starting if g.cordoned]
+    sinces = [g.since for g in ready]
+    # (a since that is NaN is never <= the scrape's time, whatever the others: no shortcut then)
+    latest = math.inf if any(math.isnan(x) for x in sinces) else max(sinces, default=-math.inf)
+    _PHASES_MEMO[:] = [fleet, (ready, starting, by_phase[Phase.DRAINING], cordoned, latest)]
+    return _PHASES_MEMO[1]
+
+
 class _Tick:
     """The numbers one decision works from; built once, read by every rule."""
 
@@ -113,19 +137,12 @@ class _Tick:
                  explain: bool = True):
         self.signals, self.fleet, self.policy, self.now = signals, fleet, policy, now
         self.explain = explain
-        # The groups of each phase the rules read, in one pass (policy order kept).
-        by_phase: dict[Phase, list[GroupState]] = {Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: []}
-        for g in fleet.groups.values():
-            bucket = by_phase.get(g.phase)
-            if bucket is not None:
-                bucket.append(g)
-        self.ready = by_phase[Phase.READY]
-        self.starting = by_phase[Phase.STARTING]
-        self.draining = by_phase[Phase.DRAINING]
+        # The groups of each phase the rules read (ready, starting, draining, cordoned; the ready
+        # groups' latest ``since``), once per fleet state: a replay hands the same one again while
+        # no group changed. The lists are shared by those ticks: the rules only read them.
+        phases: _Phases = _PHASES_MEMO[1] if _PHASES_MEMO[0] is fleet else _phases(fleet)
+        self.ready, self.starting, self.draining, self.cordoned, latest_ready = phases
         self.active = len(self.ready) + len(self.starting)
-        # Cordoned active groups are leaving: capacity while they are there, not counted by the
-        # scale-ups (their replacement starts before they drain). ``serving`` is what stays.
-        self.cordoned = [g for g in self.ready + self.starting if g.cordoned]
         self.serving = self.active - len(self.cordoned)
         self.bounds: Bounds = effective_bounds(policy, now)
         scaling = policy.scaling
@@ -134,7 +151,7 @@ class _Tick:
 
         # A group that became ready after the signals were scraped has no series yet: it is
         # capacity, but neither its load nor its missing series say anything.
-        self.reporting = [g for g in self.ready if g.since <= signals.at]
+        self.reporting = self.ready if latest_ready <= signals.at else [g for g in self.ready if g.since <= signals.at]
         self.problems: list[Problem] = []
         if signals.problems:
             names = {g.name for g in self.reporting}

@@ -331,7 +331,8 @@ def tail_view(memory: Memory, now: float, within_h: float | None) -> tuple[np.nd
             or _tod_cache[3] != (closed[0][0] if closed else None):
         rows = sorted(r for h, _, tops in closed if _near(h % 24, now_hour, within_h) for r in tops)
         minutes = sum(c for h, c, _ in closed if _near(h % 24, now_hour, within_h))
-        arr = np.array(rows, dtype=float).reshape(-1, 3)
+        # (the same array as np.array(rows), in half the time: ~1,200 rows, an hour or two apart)
+        arr = np.fromiter(chain.from_iterable(rows), float, 3 * len(rows)).reshape(-1, 3)
         _tod_cache[:] = [memory.tail_sorted, now_hour, within_h, closed[0][0] if closed else None,
                          (np.ascontiguousarray(arr[:, 0]), arr[:, 2] - arr[:, 1]), minutes]
     z, u = _tod_cache[4]
@@ -686,6 +687,15 @@ def _edit_hours_arrays(reach: tuple, edits: list) -> None:
     (an element's reach is its row's reached - base either way), for a copy of a few hundred floats
     instead of a conversion of the whole reach (a sixth of the risk's time in a 14-day replay)."""
     _, z, u, finite = _hours_arrays
+    if len(edits) == 2 and edits[0][1] is not None and edits[1][1] is None:
+        # A minute's usual edit: one rise in (at i), the oldest out (at j of the array with it). The
+        # result has the old length: a copy with the part between i and j moved by one, instead of
+        # four concatenations (the same elements in the same order; 3.5 against 13 us).
+        (i, row), (j, _) = edits
+        finite = finite and math.isfinite(row[0]) and math.isfinite(row[2] - row[1])
+        z, u = _moved(z, i, j, row[0]), _moved(u, i, j, row[2] - row[1])
+        _hours_arrays[:] = [reach, z, u, finite]
+        return
     for at, row in edits:
         if row is None:  # (a value that was not finite and leaves keeps ``finite`` False: only cautious)
             z = np.concatenate((z[:at], z[at + 1:]))
@@ -695,6 +705,18 @@ def _edit_hours_arrays(reach: tuple, edits: list) -> None:
             u = np.concatenate((u[:at], (row[2] - row[1],), u[at:]))
             finite = finite and math.isfinite(row[0]) and math.isfinite(row[2] - row[1])
     _hours_arrays[:] = [reach, z, u, finite]
+
+
+def _moved(a: np.ndarray, i: int, j: int, value: float) -> np.ndarray:
+    """``a`` with ``value`` inserted at ``i`` and then the element at ``j`` of that deleted."""
+    out = a.copy()
+    if j > i:  # a[:i], value, a[i:j - 1], a[j:]
+        out[i + 1:j] = a[i:j - 1]
+        out[i] = value
+    elif j < i:  # a[:j], a[j + 1:i], value, a[i:]
+        out[j:i - 1] = a[j + 1:i]
+        out[i - 1] = value
+    return out  # (j == i: the value inserted is the one deleted)
 
 
 def _added_sum(z: np.ndarray, u: np.ndarray, level: float, scale: float, after: float, before: float,
