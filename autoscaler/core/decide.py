@@ -133,6 +133,13 @@ def _phases(fleet: FleetState) -> _Phases:
 class _Tick:
     """The numbers one decision works from; built once, read by every rule."""
 
+    # (slots: 30 attributes are one more than an instance's shared dict holds without a resize, and
+    # the rules read them many times a tick)
+    __slots__ = ("signals", "fleet", "policy", "now", "explain", "ready", "starting", "draining", "cordoned",
+                 "active", "serving", "bounds", "per_group", "spare", "reporting", "problems", "running", "queued",
+                 "demand", "demand_floor", "queued_floor", "unknown", "lead", "horizon", "fc", "risk_horizon",
+                 "memory", "burn", "headroom", "base_per_group")
+
     def __init__(self, signals: SignalSnapshot, fleet: FleetState, policy: Policy, memory: Memory, now: float,
                  explain: bool = True):
         self.signals, self.fleet, self.policy, self.now = signals, fleet, policy, now

@@ -67,7 +67,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right, insort
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 from typing import cast
 
 import numpy as np
@@ -745,16 +745,20 @@ def _added_sum(z: np.ndarray, u: np.ndarray, level: float, scale: float, after: 
 
 _minimum, _maximum, _add_reduce, _array = np.minimum, np.maximum, np.add.reduce, np.array
 
-# The highest rises a replay's early answer adds up before the full sum decides (``_highest_added``):
-# in a 14-day m-small replay 3 of them answer 58% of the risks asked, 16 answer 80%.
-_HIGHEST_RISES = 16
+# The rises a replay's early answer adds up before the full sum decides (``_early_added``): in a
+# 14-day m-small replay 32 of them answer 89% of the risks asked (16 from the highest down, 71%).
+_EARLY_RISES = 32
 
 
-def _highest_added(reach: tuple, first: int, level: float, scale: float, after: float, before: float,
-                   full: float, n: int, weight: float, stop_above: float) -> float | None:
+def _early_added(reach: tuple, first: int, level: float, scale: float, after: float, before: float,
+                 full: float, n: int, weight: float, stop_above: float) -> float | None:
     """A replay's early answer (``expected_miss_share`` with ``stop_above``): the three hours' share
-    that their highest rises alone add (those of ``reach[first:]``: the exceeding ones), once it is
-    above ``stop_above``; None when _HIGHEST_RISES of them do not say so (the full sum decides).
+    that some of their exceeding rises (``reach[first:]``) alone add, once it is above
+    ``stop_above``; None when _EARLY_RISES of them do not say so (the full sum decides).
+
+    The rises tried first are those likely to add a whole arrival each: from the first whose scaled
+    rise reaches past ``after + full`` (an excess that makes every arrival miss) upwards (the highest
+    may swamp ``before`` as well, and add nothing), then the lower ones downwards.
 
     Exact, not an estimate: the drain's capacity ``after`` is at most ``before``, so every rise adds
     a share >= 0, the same float as in ``_added_sum``, and these rises add at most what all of them
@@ -767,11 +771,12 @@ def _highest_added(reach: tuple, first: int, level: float, scale: float, after: 
             and math.isfinite(level + scale + after + before + full)):
         return None
     near = stop_above * n / weight  # (about the sum that says no: each rise adds at most 1)
-    if near >= _HIGHEST_RISES:
+    if near >= _EARLY_RISES or near >= n - first:
         return None
+    whole = max(first, bisect_right(reach, ((after + full - level) / scale, -math.inf, -math.inf)))
     total = 0.0
-    for z, base, top in reversed(reach[max(first, n - _HIGHEST_RISES):]):
-        # ``_added_misses`` written out (this runs up to 16 times a tick): the same operations
+    for z, base, top in islice(chain(reach[whole:], reversed(reach[first:whole])), _EARLY_RISES):
+        # ``_added_misses`` written out (this runs up to 32 times a tick): the same operations
         zs, u = z * scale, top - base
         reached = level + (zs if zs < u else u)
         a = (reached - after) / full
@@ -828,7 +833,7 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     at = int(hz.searchsorted(z_at, side="right"))
     if stop_above is not None:
         # (a replay's fast path: the highest rises alone may already say no, exactly)
-        early = _highest_added(reach, at, level, scale, after, before, full, n, weight_per_moment, stop_above)
+        early = _early_added(reach, at, level, scale, after, before, full, n, weight_per_moment, stop_above)
         if early is not None:
             return MissRisk(early, early, None, n, full)
     hours = _added_sum(hz[at:], hu[at:], level, scale, after, before, full)

@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from enum import StrEnum
-from operator import attrgetter
 from typing import Any, overload
 
 
@@ -341,7 +340,6 @@ def _before(a: Any, b: Any) -> bool:
 
 
 _MEMORY_FIELDS = tuple(f.name for f in fields(Memory))
-_ALL_FIELDS = attrgetter(*_MEMORY_FIELDS)
 # Each field's slot descriptor's __set__ (slots=True: a member descriptor per field), in field order.
 _SLOT_SETTERS = tuple(Memory.__dict__[name].__set__ for name in _MEMORY_FIELDS)
 _SLOT_SETTER = dict(zip(_MEMORY_FIELDS, _SLOT_SETTERS))
@@ -350,12 +348,12 @@ _SLOT_SETTER = dict(zip(_MEMORY_FIELDS, _SLOT_SETTERS))
 def _copy_with_source() -> str:
     """The source of ``_copy_with(memory, changes)``: a copy of ``memory`` with ``changes`` (field ->
     value). dataclasses.replace() re-validates every field, and this runs at every tick of a 14-day
-    replay: every field is read in one attrgetter call and written through its slot's setter (a
-    frozen class's object.__setattr__ would look the name up each time), one statement a field
-    rather than a loop over them (a third less time)."""
-    values = ", ".join(f"v{i}" for i in range(len(_MEMORY_FIELDS)))
-    lines = ["def _copy_with(self, changes):", "    new = _new(Memory)", f"    {values}, = _ALL_FIELDS(self)"]
-    lines += [f"    _set{i}(new, v{i})" for i in range(len(_MEMORY_FIELDS))]
+    replay: every field is read as an attribute (a slot read the interpreter specialises) and
+    written through its slot's setter (a frozen class's object.__setattr__ would look the name up
+    each time), one statement a field rather than a loop over them (a third less time; the
+    attribute reads a quarter less than one attrgetter call unpacked)."""
+    lines = ["def _copy_with(self, changes):", "    new = _new(Memory)"]
+    lines += [f"    _set{i}(new, self.{name})" for i, name in enumerate(_MEMORY_FIELDS)]
     lines += ["    for name, value in changes.items():",
               "        set_slot = _SLOT_SETTER.get(name)",
               "        if set_slot is None:",
@@ -365,8 +363,7 @@ def _copy_with_source() -> str:
     return "\n".join(lines)
 
 
-_namespace: dict[str, Any] = {"_new": object.__new__, "Memory": Memory, "_ALL_FIELDS": _ALL_FIELDS,
-                              "_SLOT_SETTER": _SLOT_SETTER}
+_namespace: dict[str, Any] = {"_new": object.__new__, "Memory": Memory, "_SLOT_SETTER": _SLOT_SETTER}
 _namespace.update({f"_set{i}": setter for i, setter in enumerate(_SLOT_SETTERS)})
 exec(_copy_with_source(), _namespace)
 _copy_with: Callable[[Memory, Mapping[str, Any]], Memory] = _namespace["_copy_with"]
