@@ -425,12 +425,17 @@ def _scale_up(t: _Tick):
     fleet = t.signals.fleet
     capacity_miss = False
     if up.on_slo_burn and ready and fleet.ttft_p99_s is not None and fleet.ttft_p99_s > policy.slo.ttft_target_s:
+        # (the why is written only when a start or an explained hold reads it, as the details above)
         if fleet.queue_wait_p99_s is not None:
             capacity_miss = fleet.queue_wait_p99_s > up.slo_burn_min_queue_wait_s
-            why = f"queue wait p{policy.slo.ttft_percentile:g} {_fmt(fleet.queue_wait_p99_s)} s"
+
+            def why() -> str:
+                return f"queue wait p{policy.slo.ttft_percentile:g} {_fmt(fleet.queue_wait_p99_s)} s"
         else:
             capacity_miss = bool(t.queued)
-            why = f"{_fmt(t.queued)} requests queued"
+
+            def why() -> str:
+                return f"{_fmt(t.queued)} requests queued"
     if not capacity_miss:
         if t.memory.slo_miss_since is not None:
             t.memory = t.memory.with_(slo_miss_since=None)
@@ -441,7 +446,7 @@ def _scale_up(t: _Tick):
         if t.now - since >= up.slo_burn_for_s:
             wants.append((ready + 1, Reason.SLO_BURN,
                           lambda: f"TTFT p{policy.slo.ttft_percentile:g} {_fmt(fleet.ttft_p99_s)} s > target "
-                          f"{_fmt(policy.slo.ttft_target_s)} s with {why} for {_fmt(t.now - since)} s", False))
+                          f"{_fmt(policy.slo.ttft_target_s)} s with {why()} for {_fmt(t.now - since)} s", False))
     if not wants:
         return None
     want, reason, detail_of, on_forecast = max(wants, key=lambda w: w[0])  # first of equals wins (list order)
@@ -776,6 +781,8 @@ def _scale_down(t: _Tick):
                          memory, **extra)
         return _hold(t, Reason.STEADY, f"{numbers}; {t.active} groups fit", memory, **extra)
     if not surplus:
+        if not t.explain:  # (most ticks of a replay: _hold's unexplained hold, without writing its detail)
+            return _unexplained_hold(t.active, Reason.STEADY), _no_surplus(t.memory)
         return _hold(t, Reason.STEADY, f"{numbers}; keeping {t.active} groups", _no_surplus(t.memory),
                      **extra)
     if t.starting or t.draining:

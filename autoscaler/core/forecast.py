@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autoscaler.core.risk import seasonal_weight, update_skill
-from autoscaler.core.types import Memory
+from autoscaler.core.types import Memory, slot_init
 from autoscaler.policy.model import Policy
 
 SLOT_S = 300  # seasonal history resolution: 5 minutes
@@ -137,6 +137,7 @@ def _ascending(slots: Mapping[int, float]) -> bool:
     return all(a < b for a, b in zip(keys, keys[1:]))
 
 
+@slot_init  # (built at every tick)
 @dataclass(frozen=True, slots=True)
 class ForecastResult:
     level: float  # current demand, smoothed by the trend fit

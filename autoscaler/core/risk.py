@@ -67,12 +67,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_right, insort
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain
 from typing import cast
 
 import numpy as np
 
-from autoscaler.core.types import Memory
+from autoscaler.core.types import Memory, slot_init
 from autoscaler.policy.model import Policy
 
 MINUTE_S = 60  # the default of ``forecast.minute_s``: the core's minute, in which the risk's history is kept
@@ -636,6 +636,7 @@ def exceed_probability(memory: Memory, policy: Policy, now: float, capacity: flo
     return Risk(p, p_recent, p_seasonal, weight, n, days, resolution, p_week, week_minutes, p_hours)
 
 
+@slot_init  # (built at most ticks of a replay)
 @dataclass(frozen=True, slots=True)
 class MissRisk:
     """The drain's risk in requests: the capacity misses it is expected to add, per arrival, over one
@@ -663,6 +664,21 @@ def _added_misses(reached: float, after: float, before: float, full: float) -> f
         return 0.0
     b = (reached - before) / full
     return (a if a < 1.0 else 1.0) - (0.0 if b <= 0.0 else b if b < 1.0 else 1.0)
+
+
+def _added_each(reached: list[float], after: float, before: float, full: float) -> list[float]:
+    """``_added_misses`` of each height, in order: the same operations, written out (a list of up to
+    a hundred a call, where a call each cost a third of a replay's risk in requests outside the
+    three hours)."""
+    out = []
+    for r in reached:
+        a = (r - after) / full
+        if a <= 0.0:
+            out.append(0.0)
+            continue
+        b = (r - before) / full
+        out.append((a if a < 1.0 else 1.0) - (0.0 if b <= 0.0 else b if b < 1.0 else 1.0))
+    return out
 
 
 # (the three hours' rises, their z and reach in requests as arrays, whether every value in them is
@@ -750,11 +766,12 @@ _minimum, _maximum, _add_reduce, _array = np.minimum, np.maximum, np.add.reduce,
 _EARLY_RISES = 32
 
 
-def _early_added(reach: tuple, first: int, level: float, scale: float, after: float, before: float,
+def _early_added(reach: tuple, ordered: tuple, first: int, level: float, scale: float, after: float, before: float,
                  full: float, n: int, weight: float, stop_above: float) -> float | None:
     """A replay's early answer (``expected_miss_share`` with ``stop_above``): the three hours' share
     that some of their exceeding rises (``reach[first:]``) alone add, once it is above
-    ``stop_above``; None when _EARLY_RISES of them do not say so (the full sum decides).
+    ``stop_above``; None when _EARLY_RISES of them do not say so (the full sum decides). (``ordered``:
+    their z alone, ``Memory.rises_sorted``, where the first rises to try are looked for.)
 
     The rises tried first are those likely to add a whole arrival each: from the first whose scaled
     rise reaches past ``after + full`` (an excess that makes every arrival miss) upwards (the highest
@@ -773,9 +790,12 @@ def _early_added(reach: tuple, first: int, level: float, scale: float, after: fl
     near = stop_above * n / weight  # (about the sum that says no: each rise adds at most 1)
     if near >= _EARLY_RISES or near >= n - first:
         return None
-    whole = max(first, bisect_right(reach, ((after + full - level) / scale, -math.inf, -math.inf)))
+    whole = max(first, bisect_right(ordered, (after + full - level) / scale))
+    rows = reach[whole:whole + _EARLY_RISES]
+    if len(rows) < _EARLY_RISES:  # (then the ones below, downwards)
+        rows += reach[max(first, whole - _EARLY_RISES + len(rows)):whole][::-1]
     total = 0.0
-    for z, base, top in islice(chain(reach[whole:], reversed(reach[first:whole])), _EARLY_RISES):
+    for z, base, top in rows:
         # ``_added_misses`` written out (this runs up to 32 times a tick): the same operations
         zs, u = z * scale, top - base
         reached = level + (zs if zs < u else u)
@@ -823,9 +843,6 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     z_at = (after - level) / scale
     weight_per_moment = min(1.0, excess_minutes / lead_minutes(lead_s, policy.forecast.minute_s))
 
-    def added(z: float, base: float, top: float) -> float:
-        return _added_misses(min(level + z * scale, level + (top - base)), after, before, full)
-
     # The three hours' rises as arrays, rebuilt when they change (once a minute, not at every tick): the
     # sum over the exceeding ones in one array operation (a Python loop over them doubled a 14-day
     # replay's time).
@@ -833,7 +850,7 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     at = int(hz.searchsorted(z_at, side="right"))
     if stop_above is not None:
         # (a replay's fast path: the highest rises alone may already say no, exactly)
-        early = _early_added(reach, at, level, scale, after, before, full, n, weight_per_moment, stop_above)
+        early = _early_added(reach, ordered, at, level, scale, after, before, full, n, weight_per_moment, stop_above)
         if early is not None:
             return MissRisk(early, early, None, n, full)
     hours = _added_sum(hz[at:], hu[at:], level, scale, after, before, full)
@@ -847,7 +864,9 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
         z, u, last, tail_minutes = tail_view(memory, now, policy.scaling.scale_down.tail_within_h)
         at = int(z.searchsorted(z_at, side="right"))
         tail = _added_sum(z[at:], u[at:], level, scale, after, before, full)
-        tail += sum(added(*r) for r in last[bisect_right(last, (z_at, math.inf, math.inf)):])
+        tail += sum(_added_each([min(level + z * scale, level + (top - base))
+                                 for z, base, top in last[bisect_right(last, (z_at, math.inf, math.inf)):]],
+                                after, before, full))
         moments = n + tail_minutes
         share_recent = max(share_hours, (hours + tail) / moments)
     share_seasonal = None
@@ -857,7 +876,7 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     if growths:
         # (growth g from today's level: (level + 1) x g - 1), with one pseudo-moment at the recent share
         first = bisect_right(growths, (after + 1.0) / (level + 1.0))
-        total = sum(_added_misses((level + 1.0) * g - 1.0, after, before, full) for g in growths[first:])
+        total = sum(_added_each([(level + 1.0) * g - 1.0 for g in growths[first:]], after, before, full))
         share_seasonal = (total + share_recent) / (len(growths) + 1)
         share = max(share_recent, (1 - weight) * share_recent + weight * share_seasonal)
     return MissRisk(share * weight_per_moment, share_recent * weight_per_moment,

@@ -8,7 +8,7 @@ core never reads the clock, ``now`` is a parameter.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any, overload
@@ -109,6 +109,31 @@ _PROBLEM_REASON = {
 
 def problem_reason(kind: str) -> Reason:
     return _PROBLEM_REASON.get(kind, Reason.SIGNAL_UNAVAILABLE)
+
+
+def slot_init(cls: type) -> type:
+    """A frozen dataclass with slots, with an ``__init__`` that writes each field through its slot's
+    setter: the same object as the generated one's ``object.__setattr__`` per field builds, in
+    about half the time (1.7 against 3.0 us for ForecastResult's six fields on a loaded machine).
+    For the values the core builds at every tick of a replay (ForecastResult, MissRisk). Fields with
+    a plain default keep it; one with a default factory is refused (nothing here needs one)."""
+    params, body = [], []
+    namespace: dict[str, Any] = {}
+    for i, f in enumerate(fields(cls)):
+        if f.default_factory is not MISSING:
+            raise TypeError(f"slot_init: {cls.__name__}.{f.name} has a default factory")
+        namespace[f"_set{i}"] = cls.__dict__[f.name].__set__
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default{i}"] = f.default
+            params.append(f"{f.name}=_default{i}")
+        body.append(f"    _set{i}(self, {f.name})")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
 
 
 @dataclass(frozen=True, slots=True)
