@@ -475,12 +475,7 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
         # moment k (slot centre - w + k) has its level at k, k + 1 and its slots ahead at k + 2 ...
         row = [get(s) for s in range(centre - w - 1, centre + w + ahead + 1)]
         if None not in row:  # every slot known (most days): the same maxima without the None checks
-            known = cast(list[float], row)
-            for k in range(2 * w + 1):
-                low, nxt = known[k], known[k + 1]
-                if nxt > low:  # (the first of equals, as _highest and max keep it)
-                    low = nxt
-                growths.append((max(known[k + 2:k + 2 + ahead]) + 1.0) / (low + 1.0))
+            growths += _known_growths(day, cast(list[float], row), 2 * w + 1, ahead)
             days_used += 1
             continue
         found = False
@@ -495,6 +490,38 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
         days_used += found
     growths.sort()
     return tuple(growths), days_used
+
+
+# (day, moments, slots ahead) -> (the day's slots, their moments' growths), as ``_known_growths`` last
+# read and computed them: the next slot's moments are the same but the first, and one more.
+_DAY_GROWTHS: dict[tuple[int, int, int], tuple[list[float], list[float]]] = {}
+
+
+def _known_growths(day: int, known: list[float], moments: int, ahead: int) -> list[float]:
+    """The growths of a day's ``moments`` moments, every slot of ``known`` known (``_seasonal_peaks``'
+    row: moment k's level at k and k + 1, its slots ahead from k + 2). A growth depends only on its
+    moment's slots, so where the day's slots are the last ones read moved by a slot (the next
+    5-minute slot: the moments but the last are the last ones but the first), the growths are kept
+    and one is computed, not ``moments``: the same values (equal slots give the same arithmetic)."""
+    key = (day, moments, ahead)
+    last = _DAY_GROWTHS.get(key)
+    if last is not None and last[0] == known:
+        return last[1]
+    if last is not None and last[0][1:] == known[:-1]:
+        out = last[1][1:]
+        out.append(_growth(known, moments - 1, ahead))
+    else:
+        out = [_growth(known, k, ahead) for k in range(moments)]
+    _DAY_GROWTHS[key] = (known, out)
+    return out
+
+
+def _growth(known: list[float], k: int, ahead: int) -> float:
+    """Moment k's growth: (its busiest slot within ``ahead`` + 1) / (its level + 1)."""
+    low, nxt = known[k], known[k + 1]
+    if nxt > low:  # (the first of equals, as _highest and max keep it)
+        low = nxt
+    return (max(known[k + 2:k + 2 + ahead]) + 1.0) / (low + 1.0)
 
 
 def _highest(row: list[float | None], start: int, stop: int) -> float | None:
