@@ -694,9 +694,8 @@ def _added_misses(reached: float, after: float, before: float, full: float) -> f
 
 
 def _added_each(reached: list[float], after: float, before: float, full: float) -> list[float]:
-    """``_added_misses`` of each height, in order: the same operations, written out (a list of up to
-    a hundred a call, where a call each cost a third of a replay's risk in requests outside the
-    three hours)."""
+    """``_added_misses`` of each height, in order: the same operations written out, without a call
+    per height (up to a hundred a call: the week's last hour and the seasonal moments)."""
     out = []
     for r in reached:
         a = (r - after) / full
@@ -876,7 +875,8 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
     hz, hu = _hours_arrays_of(reach)
     at = int(hz.searchsorted(z_at, side="right"))
     if stop_above is not None:
-        # (a replay's fast path: the highest rises alone may already say no, exactly)
+        # (a replay's fast path: a few rises alone may already say no, exactly; the share returned is
+        # then a lower bound already above stop_above, as exceed_probability's early answer's)
         early = _early_added(reach, ordered, at, level, scale, after, before, full, n, weight_per_moment, stop_above)
         if early is not None:
             return MissRisk(early, early, None, n, full)
@@ -891,8 +891,8 @@ def expected_miss_share(memory: Memory, policy: Policy, now: float, after: float
         z, u, last, tail_minutes = tail_view(memory, now, policy.scaling.scale_down.tail_within_h)
         at = int(z.searchsorted(z_at, side="right"))
         tail = _added_sum(z[at:], u[at:], level, scale, after, before, full)
-        tail += sum(_added_each([min(level + z * scale, level + (top - base))
-                                 for z, base, top in last[bisect_right(last, (z_at, math.inf, math.inf)):]],
+        tail += sum(_added_each([min(level + rise * scale, level + (top - base))
+                                 for rise, base, top in last[bisect_right(last, (z_at, math.inf, math.inf)):]],
                                 after, before, full))
         moments = n + tail_minutes
         share_recent = max(share_hours, (hours + tail) / moments)
