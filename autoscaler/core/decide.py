@@ -106,26 +106,50 @@ def _fmt(x: float | None) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
 
 
+# (the fleet state, ``_phases`` of it): it holds the state, so the identity cannot be reused by another
+_PHASES_MEMO: list = [None, None]
+_Phases = tuple[list[GroupState], list[GroupState], list[GroupState], list[GroupState], float]
+
+
+def _phases(fleet: FleetState) -> _Phases:
+    """(ready, starting, draining, cordoned active groups, the latest ``since`` of a ready group) of
+    ``fleet``, in policy order, memoised for the fleet state. Cordoned active groups are leaving:
+    capacity while they are there, not counted by the scale-ups (their replacement starts before
+    they drain)."""
+    by_phase: dict[Phase, list[GroupState]] = {Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: []}
+    for g in fleet.groups.values():
+        bucket = by_phase.get(g.phase)
+        if bucket is not None:
+            bucket.append(g)
+    ready, starting = by_phase[Phase.READY], by_phase[Phase.STARTING]
+    cordoned: list[GroupState] = [g for g in ready + starting if g.cordoned]
+    sinces = [g.since for g in ready]
+    # (a since that is NaN is never <= the scrape's time, whatever the others: no shortcut then)
+    latest = math.inf if any(math.isnan(x) for x in sinces) else max(sinces, default=-math.inf)
+    _PHASES_MEMO[:] = [fleet, (ready, starting, by_phase[Phase.DRAINING], cordoned, latest)]
+    return _PHASES_MEMO[1]
+
+
 class _Tick:
     """The numbers one decision works from; built once, read by every rule."""
+
+    # (slots: 30 attributes are one more than an instance's shared dict holds without a resize, and
+    # the rules read them many times a tick)
+    __slots__ = ("signals", "fleet", "policy", "now", "explain", "ready", "starting", "draining", "cordoned",
+                 "active", "serving", "bounds", "per_group", "spare", "reporting", "problems", "running", "queued",
+                 "demand", "demand_floor", "queued_floor", "unknown", "lead", "horizon", "fc", "risk_horizon",
+                 "memory", "burn", "headroom", "base_per_group")
 
     def __init__(self, signals: SignalSnapshot, fleet: FleetState, policy: Policy, memory: Memory, now: float,
                  explain: bool = True):
         self.signals, self.fleet, self.policy, self.now = signals, fleet, policy, now
         self.explain = explain
-        # The groups of each phase the rules read, in one pass (policy order kept).
-        by_phase: dict[Phase, list[GroupState]] = {Phase.READY: [], Phase.STARTING: [], Phase.DRAINING: []}
-        for g in fleet.groups.values():
-            bucket = by_phase.get(g.phase)
-            if bucket is not None:
-                bucket.append(g)
-        self.ready = by_phase[Phase.READY]
-        self.starting = by_phase[Phase.STARTING]
-        self.draining = by_phase[Phase.DRAINING]
+        # The groups of each phase the rules read (ready, starting, draining, cordoned; the ready
+        # groups' latest ``since``), once per fleet state: a replay hands the same one again while
+        # no group changed. The lists are shared by those ticks: the rules only read them.
+        phases: _Phases = _PHASES_MEMO[1] if _PHASES_MEMO[0] is fleet else _phases(fleet)
+        self.ready, self.starting, self.draining, self.cordoned, latest_ready = phases
         self.active = len(self.ready) + len(self.starting)
-        # Cordoned active groups are leaving: capacity while they are there, not counted by the
-        # scale-ups (their replacement starts before they drain). ``serving`` is what stays.
-        self.cordoned = [g for g in self.ready + self.starting if g.cordoned]
         self.serving = self.active - len(self.cordoned)
         self.bounds: Bounds = effective_bounds(policy, now)
         scaling = policy.scaling
@@ -134,7 +158,7 @@ class _Tick:
 
         # A group that became ready after the signals were scraped has no series yet: it is
         # capacity, but neither its load nor its missing series say anything.
-        self.reporting = [g for g in self.ready if g.since <= signals.at]
+        self.reporting = self.ready if latest_ready <= signals.at else [g for g in self.ready if g.since <= signals.at]
         self.problems: list[Problem] = []
         if signals.problems:
             names = {g.name for g in self.reporting}
@@ -401,12 +425,17 @@ def _scale_up(t: _Tick):
     fleet = t.signals.fleet
     capacity_miss = False
     if up.on_slo_burn and ready and fleet.ttft_p99_s is not None and fleet.ttft_p99_s > policy.slo.ttft_target_s:
+        # (the why is written only when a start or an explained hold reads it, as the details above)
         if fleet.queue_wait_p99_s is not None:
             capacity_miss = fleet.queue_wait_p99_s > up.slo_burn_min_queue_wait_s
-            why = f"queue wait p{policy.slo.ttft_percentile:g} {_fmt(fleet.queue_wait_p99_s)} s"
+
+            def why() -> str:
+                return f"queue wait p{policy.slo.ttft_percentile:g} {_fmt(fleet.queue_wait_p99_s)} s"
         else:
             capacity_miss = bool(t.queued)
-            why = f"{_fmt(t.queued)} requests queued"
+
+            def why() -> str:
+                return f"{_fmt(t.queued)} requests queued"
     if not capacity_miss:
         if t.memory.slo_miss_since is not None:
             t.memory = t.memory.with_(slo_miss_since=None)
@@ -417,7 +446,7 @@ def _scale_up(t: _Tick):
         if t.now - since >= up.slo_burn_for_s:
             wants.append((ready + 1, Reason.SLO_BURN,
                           lambda: f"TTFT p{policy.slo.ttft_percentile:g} {_fmt(fleet.ttft_p99_s)} s > target "
-                          f"{_fmt(policy.slo.ttft_target_s)} s with {why} for {_fmt(t.now - since)} s", False))
+                          f"{_fmt(policy.slo.ttft_target_s)} s with {why()} for {_fmt(t.now - since)} s", False))
     if not wants:
         return None
     want, reason, detail_of, on_forecast = max(wants, key=lambda w: w[0])  # first of equals wins (list order)
@@ -752,6 +781,8 @@ def _scale_down(t: _Tick):
                          memory, **extra)
         return _hold(t, Reason.STEADY, f"{numbers}; {t.active} groups fit", memory, **extra)
     if not surplus:
+        if not t.explain:  # (most ticks of a replay: _hold's unexplained hold, without writing its detail)
+            return _unexplained_hold(t.active, Reason.STEADY), _no_surplus(t.memory)
         return _hold(t, Reason.STEADY, f"{numbers}; keeping {t.active} groups", _no_surplus(t.memory),
                      **extra)
     if t.starting or t.draining:

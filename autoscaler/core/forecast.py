@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autoscaler.core.risk import seasonal_weight, update_skill
-from autoscaler.core.types import Memory
+from autoscaler.core.types import Memory, slot_init
 from autoscaler.policy.model import Policy
 
 SLOT_S = 300  # seasonal history resolution: 5 minutes
@@ -89,10 +89,19 @@ def demand_changes(memory: Memory, policy: Policy, now: float, demand: float, le
         changes["seasonal_skill"] = update_skill(memory, policy, current[0], current[1], lead_s).seasonal_skill
         keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
         by_slot = _slots_from(by_slot, keep_from)
+        last = next(reversed(by_slot), None)
         by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])
+        if _IN_ORDER[0] is by_slot:  # still in order when the slot comes after the last (as it does)
+            _IN_ORDER[:] = [by_slot, len(by_slot)] if last is None or current[0] >= last else [None, -1]
         slot_now = (slot, demand)
     changes.update(demand_samples=samples, demand_by_slot=by_slot, slot_now=slot_now)
     return changes
+
+
+# The seasonal history ``_slots_from`` returned last and ``demand_changes`` added its slot to, with
+# its size then, when its slots are known to be in ascending order (each added after the ones
+# before); [None, -1] otherwise. (It holds the dict, so the identity cannot be reused by another.)
+_IN_ORDER: list = [None, -1]
 
 
 def _slots_from(by_slot: Mapping[int, float], keep_from: int) -> dict[int, float]:
@@ -102,19 +111,33 @@ def _slots_from(by_slot: Mapping[int, float], keep_from: int) -> dict[int, float
     the front instead of filtering ~2,300 slots in Python at every slot; if the order was anything
     else (a history built elsewhere), filter. ``dict.copy`` clones the table while the holes these
     deletions leave are under a third of it (``dict(...)`` inserts key by key once there is one):
-    28 us a copy on average over a 14-day replay, against 35.
+    28 us a copy on average over a 14-day replay, against 35. Whether a slot before ``keep_from``
+    is left further in is checked by a pass over the slots (``min``: 115 us over 2,300 slots, 3% of
+    the replay) only for a history not known to be in order (``_IN_ORDER``: the one this built).
     """
+    in_order = _IN_ORDER[0] is by_slot and _IN_ORDER[1] == len(by_slot)
     out = by_slot.copy() if isinstance(by_slot, dict) else dict(by_slot)
     while out:
         first = next(iter(out))
         if first >= keep_from:
             break
         del out[first]
-    if out and min(out) < keep_from:
-        return {k: v for k, v in by_slot.items() if k >= keep_from}
+    if not in_order:
+        if out and min(out) < keep_from:
+            return {k: v for k, v in by_slot.items() if k >= keep_from}
+        if not _ascending(out):
+            return out
+    _IN_ORDER[:] = [out, len(out)]
     return out
 
 
+def _ascending(slots: Mapping[int, float]) -> bool:
+    """Whether the slots are in ascending order (a history this module did not build: once)."""
+    keys = list(slots)
+    return all(a < b for a, b in zip(keys, keys[1:]))
+
+
+@slot_init  # (built at every tick)
 @dataclass(frozen=True, slots=True)
 class ForecastResult:
     level: float  # current demand, smoothed by the trend fit

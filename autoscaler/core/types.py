@@ -8,10 +8,9 @@ core never reads the clock, ``now`` is a parameter.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
 from enum import StrEnum
-from operator import attrgetter
 from typing import Any, overload
 
 
@@ -110,6 +109,31 @@ _PROBLEM_REASON = {
 
 def problem_reason(kind: str) -> Reason:
     return _PROBLEM_REASON.get(kind, Reason.SIGNAL_UNAVAILABLE)
+
+
+def slot_init(cls: type) -> type:
+    """A frozen dataclass with slots, with an ``__init__`` that writes each field through its slot's
+    setter: the same object as the generated one's ``object.__setattr__`` per field builds, in
+    about half the time (1.7 against 3.0 us for ForecastResult's six fields on a loaded machine).
+    For the values the core builds at every tick of a replay (ForecastResult, MissRisk). Fields with
+    a plain default keep it; one with a default factory is refused (nothing here needs one)."""
+    params, body = [], []
+    namespace: dict[str, Any] = {}
+    for i, f in enumerate(fields(cls)):
+        if f.default_factory is not MISSING:
+            raise TypeError(f"slot_init: {cls.__name__}.{f.name} has a default factory")
+        namespace[f"_set{i}"] = cls.__dict__[f.name].__set__
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default{i}"] = f.default
+            params.append(f"{f.name}=_default{i}")
+        body.append(f"    _set{i}(self, {f.name})")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +365,6 @@ def _before(a: Any, b: Any) -> bool:
 
 
 _MEMORY_FIELDS = tuple(f.name for f in fields(Memory))
-_ALL_FIELDS = attrgetter(*_MEMORY_FIELDS)
 # Each field's slot descriptor's __set__ (slots=True: a member descriptor per field), in field order.
 _SLOT_SETTERS = tuple(Memory.__dict__[name].__set__ for name in _MEMORY_FIELDS)
 _SLOT_SETTER = dict(zip(_MEMORY_FIELDS, _SLOT_SETTERS))
@@ -350,12 +373,12 @@ _SLOT_SETTER = dict(zip(_MEMORY_FIELDS, _SLOT_SETTERS))
 def _copy_with_source() -> str:
     """The source of ``_copy_with(memory, changes)``: a copy of ``memory`` with ``changes`` (field ->
     value). dataclasses.replace() re-validates every field, and this runs at every tick of a 14-day
-    replay: every field is read in one attrgetter call and written through its slot's setter (a
-    frozen class's object.__setattr__ would look the name up each time), one statement a field
-    rather than a loop over them (a third less time)."""
-    values = ", ".join(f"v{i}" for i in range(len(_MEMORY_FIELDS)))
-    lines = ["def _copy_with(self, changes):", "    new = _new(Memory)", f"    {values}, = _ALL_FIELDS(self)"]
-    lines += [f"    _set{i}(new, v{i})" for i in range(len(_MEMORY_FIELDS))]
+    replay: every field is read as an attribute (a slot read the interpreter specialises) and
+    written through its slot's setter (a frozen class's object.__setattr__ would look the name up
+    each time), one statement a field rather than a loop over them (a third less time; the
+    attribute reads a quarter less than one attrgetter call unpacked)."""
+    lines = ["def _copy_with(self, changes):", "    new = _new(Memory)"]
+    lines += [f"    _set{i}(new, self.{name})" for i, name in enumerate(_MEMORY_FIELDS)]
     lines += ["    for name, value in changes.items():",
               "        set_slot = _SLOT_SETTER.get(name)",
               "        if set_slot is None:",
@@ -365,8 +388,7 @@ def _copy_with_source() -> str:
     return "\n".join(lines)
 
 
-_namespace: dict[str, Any] = {"_new": object.__new__, "Memory": Memory, "_ALL_FIELDS": _ALL_FIELDS,
-                              "_SLOT_SETTER": _SLOT_SETTER}
+_namespace: dict[str, Any] = {"_new": object.__new__, "Memory": Memory, "_SLOT_SETTER": _SLOT_SETTER}
 _namespace.update({f"_set{i}": setter for i, setter in enumerate(_SLOT_SETTERS)})
 exec(_copy_with_source(), _namespace)
 _copy_with: Callable[[Memory, Mapping[str, Any]], Memory] = _namespace["_copy_with"]

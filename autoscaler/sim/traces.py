@@ -383,7 +383,7 @@ def _rows(reader: Any, display: str, skip: bool, parse: Callable[[list[str]], No
             continue  # blank line
         read += 1
         try:
-            if all(not c.strip() for c in row):
+            if not row[0].strip() and all(not c.strip() for c in row):  # (most rows: the first cell says no)
                 raise _RowError(f"every cell is empty ({','.join(row) or 'an empty row'}): not a request")
             parse(row)
         except _RowError as exc:
@@ -676,6 +676,22 @@ def _load_servegen(d: Path, display: str, start_epoch: float, skip: bool) -> Rat
 
 
 
+def _numbers(row: list[str]) -> tuple[float, float, float, float, float] | None:
+    """A ServeGen row's five numbers (t_sec, rate, cv, shape, scale) when it has six columns and each
+    is what ``_nonneg_float`` accepts (a finite number >= 0), else None: the same values, read in
+    one step instead of five calls (86,688 rows in the 14-day trace)."""
+    if len(row) != 6:
+        return None
+    try:
+        t, rate, cv, shape, scale = float(row[0]), float(row[1]), float(row[2]), float(row[4]), float(row[5])
+    except ValueError:
+        return None
+    inf = math.inf
+    if 0.0 <= t < inf and 0.0 <= rate < inf and 0.0 <= cv < inf and 0.0 <= shape < inf and 0.0 <= scale < inf:
+        return t, rate, cv, shape, scale
+    return None
+
+
 def _servegen_rows(text: str, display: str, skip: bool) -> tuple[np.ndarray, int, int]:
     """One client file, row by row, with FILE:LINE errors: the one set of ServeGen rules (a
     vectorised fast path would have to repeat them; this costs 0.1 s more on the 14-day trace)."""
@@ -684,24 +700,29 @@ def _servegen_rows(text: str, display: str, skip: bool) -> tuple[np.ndarray, int
     last: list[Any] = [None]
 
     def parse(row: list[str]) -> None:
-        _column_count(row, _SERVEGEN_COLUMNS)
-        t = _nonneg_float("t_sec", row[0])
+        # Most rows have six columns and five finite numbers >= 0, read here at once (NaN fails
+        # both comparisons); for any other row, the columns and each number are checked in turn,
+        # and the first that fails is named.
+        nums = _numbers(row)
+        if nums is None:
+            _column_count(row, _SERVEGEN_COLUMNS)
+        t = nums[0] if nums else _nonneg_float("t_sec", row[0])
         if t % w:
             raise _RowError(f"t_sec: {row[0].strip()} is not a multiple of the {w:g} s window")
         k = t // w
         if last[0] is not None and k <= last[0]:
             raise _RowError(f"t_sec: {row[0].strip()} is out of order (not after {last[0] * w:g})")
-        rate = _nonneg_float("rate", row[1])
+        rate = nums[1] if nums else _nonneg_float("rate", row[1])
         if rate > MAX_RATE_PER_S:
             raise _RowError(f"rate: {row[1].strip()} requests/s is not plausible for one client "
                             f"(at most {MAX_RATE_PER_S:,.0f})")
-        cv = _nonneg_float("cv", row[2])
+        cv = nums[2] if nums else _nonneg_float("cv", row[2])
         pat = row[3].strip()
         if pat not in SERVEGEN_FAMILIES:
             raise _RowError(f"pat: {pat!r} is not Gamma, Weibull or empty")
         fam = SERVEGEN_FAMILIES[pat]
-        shape = _nonneg_float("shape", row[4])
-        scale = _nonneg_float("scale", row[5])
+        shape = nums[3] if nums else _nonneg_float("shape", row[4])
+        scale = nums[4] if nums else _nonneg_float("scale", row[5])
         if rate > 0 and fam != POISSON and shape <= 0:
             raise _RowError(f"shape: {row[4].strip()} must be above 0 for a {pat} client with rate {rate:g}")
         last[0] = k
