@@ -47,19 +47,30 @@ def split_saving(run, gap: np.ndarray, window_s: float, ceiling: int) -> tuple[f
     return float(saved[inside].sum()), float(saved[~inside].sum())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cell_args(ap: argparse.ArgumentParser) -> None:
+    """The cells' options of a ServeGen bench (this one, miss_sources.py): the traces' folder, which
+    traces, seeds, peak uses and the fleet's ceiling."""
     ap.add_argument("--traces", default="/work/shared/traces")
     ap.add_argument("--only", default="m-small,m-mid,mm-image")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--pu", default="0.35,0.5,0.7")
     ap.add_argument("--ceiling", type=int, default=None)
+
+
+def default_policy(ceiling: int | None) -> Policy:
+    """The shipped default policy, at ``ceiling`` groups when given (cv_matrix's ``with_ceiling``)."""
+    data = yaml.safe_load((ROOT / "policies/default.yaml").read_text())
+    if ceiling is not None:
+        data = with_ceiling(data, ceiling)
+    return Policy.model_validate(data)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_cell_args(ap)
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
-    data = yaml.safe_load((ROOT / "policies/default.yaml").read_text())
-    if args.ceiling is not None:
-        data = with_ceiling(data, args.ceiling)
-    policy = Policy.model_validate(data)
+    policy = default_policy(args.ceiling)
     ceiling = policy.fleet.ceiling_groups
     rows = []
     for short in args.only.split(","):

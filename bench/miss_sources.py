@@ -41,8 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import yaml  # noqa: E402
-from cv_matrix import with_ceiling  # noqa: E402
+from gap_savings import SERVEGEN, add_cell_args, default_policy  # noqa: E402
 
 from autoscaler.core.risk import lead_minutes  # noqa: E402
 from autoscaler.policy.model import Policy  # noqa: E402
@@ -56,7 +55,6 @@ from autoscaler.sim.backtest import (  # noqa: E402
 from autoscaler.sim.controllers import CoreController  # noqa: E402
 from autoscaler.sim.traces import load_trace  # noqa: E402
 
-SERVEGEN = {"m-small": "servegen-m-small", "m-mid": "servegen-m-mid", "mm-image": "servegen-mm-image"}
 SOURCES = ("return", "jump", "other")
 
 
@@ -171,11 +169,7 @@ def summarise(rows: list[dict]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", default="/work/shared/traces")
-    ap.add_argument("--only", default="m-small,m-mid,mm-image")
-    ap.add_argument("--seeds", default="0")
-    ap.add_argument("--pu", default="0.35,0.5,0.7")
-    ap.add_argument("--ceiling", type=int, default=None)
+    add_cell_args(ap)
     ap.add_argument("--jump", type=float, default=1.5)
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--summarise", metavar="FILE", help="print the totals of a --json output, replaying nothing")
@@ -183,10 +177,7 @@ def main() -> int:
     if args.summarise:
         summarise(json.loads(Path(args.summarise).read_text())["rows"])
         return 0
-    data = yaml.safe_load((ROOT / "policies/default.yaml").read_text())
-    if args.ceiling is not None:
-        data = with_ceiling(data, args.ceiling)
-    policy = Policy.model_validate(data)
+    policy = default_policy(args.ceiling)
     rows = []
     for short in args.only.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
