@@ -7,10 +7,19 @@ started on SIGTERM)."""
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
 from tests.support import demo_run
+
+# A suite started as a background job of a shell without job control (``scripts/test.sh &`` from a
+# script) inherits SIGINT ignored, and so would every process the tests start: the tests of Ctrl-C
+# (the demo's, the backtest interrupted in its write) then fail for the shell's reason, not the
+# code's. Python's own handler here: the processes the tests start get the default (an exec resets
+# a handled signal, not an ignored one).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DEMO_TEST = "tests/test_demo.py::test_the_demo_scales_up_drains_loses_nothing_and_leaves_nothing_behind"
 
