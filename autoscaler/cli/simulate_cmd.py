@@ -15,11 +15,11 @@ from autoscaler.core.types import iso
 from autoscaler.errors import BadInput
 from autoscaler.policy import load_policy
 from autoscaler.settings import check_http_url
+from autoscaler.sim import tracecache
 from autoscaler.sim.backtest import (
     HPA_DEFAULT_TARGET,
     PEER_NAMES,
     backtest,
-    prepare_trace,
     reference_names,
     results_json,
 )
@@ -71,6 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where reference replays are cached, keyed by trace, load, seed, fleet model, setting and "
                         "code (default $XDG_CACHE_HOME/fleet-autoscaler/references, or under ~/.cache)")
     p.add_argument("--no-reference-cache", action="store_true", help="replay every reference, read and write no cache")
+    p.add_argument("--trace-cache", metavar="DIR", default=None,
+                   help="where traces are cached read and load-scaled, keyed by the trace's bytes, format, start, "
+                        "peak use, seed, fleet model and code (default $XDG_CACHE_HOME/fleet-autoscaler/traces, or "
+                        "under ~/.cache; the 8 most recently used are kept)")
+    p.add_argument("--no-trace-cache", action="store_true", help="read and scale the trace again, read and write no cache")
     p.add_argument("--frontier", nargs="?", const=DEFAULT_BUDGETS, default=None, metavar="LIST",
                    help="replay once per SLO error budget (slo.capacity_miss_budget_pct, comma-separated percents, "
                         f"each above 0 and at most 100; default {DEFAULT_BUDGETS}) beside the references of "
@@ -212,8 +217,9 @@ def _prepare(args: argparse.Namespace, policy) -> tuple[Trace, float, dict, str]
         return trace, factor, info, f"prometheus {info['url']} {info['from']}..{info['to']}"
     start_at = None if args.start_at is None else datetime.fromtimestamp(args.start_at, tz=timezone.utc)
     peak = 0.5 if args.peak_utilization is None else args.peak_utilization
-    trace, factor, info = prepare_trace(args.trace, args.trace_format, policy, peak, args.seed,
-                                        start_at, args.skip_bad_rows)
+    root = None if args.no_trace_cache else (Path(args.trace_cache) if args.trace_cache else tracecache.default_dir())
+    trace, factor, info = tracecache.prepare_trace(root, args.trace, args.trace_format, policy, peak, args.seed,
+                                                   start_at, args.skip_bad_rows)
     return trace, factor, info, args.trace
 
 
