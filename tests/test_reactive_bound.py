@@ -61,3 +61,41 @@ def test_a_drain_in_the_last_minute_is_kept_and_a_spare_beyond_the_ceiling_chang
     assert reactor(5).actions == [(1000.0 + 360.0, "drain", "g3"), (1000.0 + 780.0, "drain", "g2")]
     # two spares: every minute needs at least 3 groups, the ceiling: all stay on, nothing is started or drained
     assert reactor(2, spare=2).actions == []
+
+
+def test_a_given_need_is_followed_instead_of_the_oracles(monkeypatch) -> None:
+    # --need rate hands the reactor the rate oracle's need: the per-minute oracle is not read
+    policy = load_policy(str(REPO / "policies" / "default.yaml")).policy
+
+    def no_oracle(trace, pol):
+        raise AssertionError("the oracle's need was read")
+
+    monkeypatch.setattr(reactive_bound, "oracle_schedule", no_oracle)
+    trace = SimpleNamespace(span_s=(1000.0, 1000.0 + 60.0 * len(NEEDED)))
+    c = reactive_bound.ReactiveController(trace, policy, 2, 0, needed=NEEDED.copy())
+    assert c.actions == [(1000.0 + 180.0, "drain", "g3"), (1000.0 + 360.0, "drain", "g2"),
+                         (1000.0 + 420.0, "start", "g2"), (1000.0 + 600.0, "drain", "g2")]
+
+
+def test_the_rate_need_is_the_rate_oracles_and_its_bar_the_rate_oracles_node_hours() -> None:
+    from autoscaler.sim.backtest import prepare_trace, request_columns, run_one
+    from autoscaler.sim.controllers import OracleController, RateOracleController, groups_needed, rate_oracle_demand
+
+    policy = load_policy(str(REPO / "policies" / "default.yaml")).policy
+    path = REPO / "tests" / "data" / "traces" / "servegen_small"
+    out = reactive_bound.bound_cell((policy, path, "servegen_small", 0, 0.5, [(0, 0), (10, 1)], "rate"))
+    trace, factor, _ = prepare_trace(str(path), "auto", policy, 0.5, 0)
+    cols = request_columns(trace, policy)
+
+    def node_hours(ctl) -> float:
+        return run_one("x", trace, policy, ctl, factor, 0, None, cols, 0.0).summary["node_hours"]
+
+    draws = rate_oracle_demand(trace, policy)
+    assert out["need"] == "rate"
+    assert out["oracle_node_hours"] == node_hours(RateOracleController(trace, policy, draws))
+    assert out["oracle_node_hours"] != node_hours(OracleController(trace, policy))  # (the bar is not the oracle's)
+    needed = groups_needed(draws.max(axis=0), policy)
+    reactor = node_hours(reactive_bound.ReactiveController(trace, policy, 0, 0, needed[:len(needed)]))
+    assert out["reactive"][0]["node_hours"] == reactor
+    best = out["best"]
+    assert out["meets"] == (best is not None and best["x_oracle"] <= 1.0 + 1e-9)
