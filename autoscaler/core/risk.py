@@ -436,18 +436,34 @@ def level_now(memory: Memory) -> float | None:
     return max(cur[1] / cur[2], last)
 
 
+def slots_ahead(horizon_s: float) -> int:
+    """The 5-minute slots a horizon covers, at least one: max(1, ceil(horizon / SLOT_S)), 615 s -> 3.
+    Memoised per horizon: the core asks it for the same two or three horizons (the forecast's, the
+    risk's lead time) several times a tick, and the same horizon gives the same number."""
+    ahead = _SLOTS_AHEAD.get(horizon_s)
+    if ahead is None:
+        ahead = max(1, math.ceil(horizon_s / SLOT_S))
+        if len(_SLOTS_AHEAD) >= 64:  # (a live fleet's lead time moves with its start-ups: kept small)
+            _SLOTS_AHEAD.clear()
+        _SLOTS_AHEAD[horizon_s] = ahead
+    return ahead
+
+
+_SLOTS_AHEAD: dict[float, int] = {}
+
+
 def _peaks_key(now: float, lead_s: float) -> tuple[int, int]:
     """What ``seasonal_peaks`` depends on besides the history: (this slot, slots ahead)."""
-    return int(now // SLOT_S), max(1, math.ceil(lead_s / SLOT_S))
+    return int(now // SLOT_S), slots_ahead(lead_s)
 
 
 def seasonal_peaks_memo(memory: Memory, policy: Policy, now: float, lead_s: float) -> Memory:
     """Memory whose ``seasonal_peaks_memo`` holds ``seasonal_peaks`` for this slot and lead time."""
-    key = _peaks_key(now, lead_s)
     memo = memory.seasonal_peaks_memo
-    if memo is not None and memo[:2] == key:
+    # (the key's two numbers compared one by one: no tuple built at every tick)
+    if memo is not None and memo[0] == int(now // SLOT_S) and memo[1] == slots_ahead(lead_s):
         return memory
-    return memory.with_(seasonal_peaks_memo=(*key, *_seasonal_peaks(memory, policy, now, lead_s)))
+    return memory.with_(seasonal_peaks_memo=(*_peaks_key(now, lead_s), *_seasonal_peaks(memory, policy, now, lead_s)))
 
 
 def seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -> tuple[tuple[float, ...], int]:
@@ -455,7 +471,7 @@ def seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) ->
     they come from). A moment's growth is (its busiest slot within the lead time + 1) / (its level
     + 1): level 4, busiest 9 -> 2.0."""
     memo = memory.seasonal_peaks_memo
-    if memo is not None and memo[:2] == _peaks_key(now, lead_s):
+    if memo is not None and memo[0] == int(now // SLOT_S) and memo[1] == slots_ahead(lead_s):
         return memo[2], memo[3]
     return _seasonal_peaks(memory, policy, now, lead_s)
 
