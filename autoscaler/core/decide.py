@@ -164,14 +164,14 @@ class _Tick:
             names = {g.name for g in self.reporting}
             self.problems = [p for p in signals.problems if p.group is None or p.group in names]
         get = signals.groups.get
-        loads = [get(g.name, _NO_SIGNALS) for g in self.reporting]
-        known = bool(loads) and not (self.problems and self._problem_in(_DEMAND_SIGNALS))
+        known = bool(self.reporting) and not (self.problems and self._problem_in(_DEMAND_SIGNALS))
         # Running and queued summed in one pass, each as ``sum(r or 0.0 for r in ...)`` adds them (from
-        # the int 0, in the same order: the same bits), without two lists and two generators a tick.
+        # the int 0, in the same order: the same bits), without three lists and two generators a tick.
         running_sum: float = 0
         queued_sum: float = 0
         if known:
-            for s in loads:
+            for g in self.reporting:
+                s = get(g.name, _NO_SIGNALS)
                 r, q = s.running, s.queued
                 if r is None or q is None:
                     known = False
@@ -186,7 +186,8 @@ class _Tick:
         self.demand_floor: float | None = self.demand
         self.queued_floor: float | None = self.queued
         self.unknown: list[str] = []
-        if self.demand is None and loads:
+        if self.demand is None and self.reporting:
+            loads = [get(g.name, _NO_SIGNALS) for g in self.reporting]
             bad = {p.group for p in self.problems if p.signal in _DEMAND_SIGNALS}
             part = [(g.name, s) for g, s in zip(self.reporting, loads)
                     if s.running is not None and s.queued is not None and g.name not in bad and None not in bad]
@@ -661,7 +662,7 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     misses = None
     rate = t.signals.fleet.request_rate
     if (down.excess_minutes is not None and remaining > 0 and rate is not None and math.isfinite(rate) and rate > 0
-            and level_now(t.memory) is not None):
+            and (level := level_now(t.memory)) is not None):
         # Against always-on (the ceiling's groups, as an operator's window or pin caps it, at the
         # requests a group carries at target, unshrunk by a burning budget), not against one group
         # more: the budget counts the misses ours adds to always-on's, and a drain judged against the
@@ -670,7 +671,8 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
         # nothing: on an on/off trace at five groups four steps down at 0.1-0.2% each, 10 pp of SLO).
         misses = expected_miss_share(t.memory, policy, t.now, capacity, t.bounds.ceiling * t.base_per_group,
                                      rate * policy.slo.ttft_target_s, t.risk_horizon, down.excess_minutes,
-                                     stop_above=None if explain else allowed_in_requests)
+                                     stop_above=None if explain else allowed_in_requests,
+                                     level=level)  # (today's, as it would read it: read once)
         if not explain and misses is not None and misses.share > allowed_in_requests:
             # Only "within what is allowed?" matters, and the risk in requests already says no
             # (most ticks of a replay): the exceedance risk, which only adds conditions, is not asked.

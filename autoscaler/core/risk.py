@@ -174,7 +174,8 @@ def minute_changes(memory: Memory, now: float, demand: float, lead_s: float, min
     if cur is None or cur[0] == minute:
         if cur is None:
             return {"minute_now": (minute, demand, 1, demand)}
-        return {"minute_now": (minute, cur[1] + demand, cur[2] + 1, max(_peak(cur), demand))}
+        peak = cur[3] if len(cur) > 3 else cur[1] / cur[2]  # (``_peak`` and ``max``, as max keeps them: every tick)
+        return {"minute_now": (minute, cur[1] + demand, cur[2] + 1, demand if demand > peak else peak)}
     ell = lead_minutes(lead_s, minute_s)
     closed = memory.minute_max + ((cur[0], cur[1] / cur[2], _peak(cur)),)
     # Keep enough closed minutes to measure the next rises: the last ``ell + 1``.
@@ -494,6 +495,8 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
         if None not in row:  # every slot known (most days): the same maxima without the None checks
             growths += _known_growths(day, cast(list[float], row), 2 * w + 1, ahead)
             days_used += 1
+            continue
+        if row.count(None) == len(row):  # a day before the history (a replay's first week): no moment
             continue
         found = False
         for k in range(2 * w + 1):
