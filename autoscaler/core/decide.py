@@ -645,7 +645,8 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # that, a drain at headroom 1 could leave a burn of 2 and be undone by the next tick's scale-up
     # at the same demand.
     burn_after = _burn_after_drain(t)
-    room = max(t.headroom, headroom(burn_after))
+    room_after = headroom(burn_after)
+    room = room_after if room_after > t.headroom else t.headroom  # (max(t.headroom, room_after), as max keeps them)
     capacity = remaining * t.base_per_group / room
     fits = util_after * room < down.utilization_below
     if not explain and not fits:
@@ -655,7 +656,8 @@ def _surplus(t: _Tick, remaining: int, explain: bool = True) -> tuple[bool, str,
     # In requests the budget is the budget: an unspent one allows no more than itself (the exceedance
     # risk, a proxy, may take up to twice it); a burning one halves it as before. At 2x, five groups
     # spent 0.495 pp of the 0.5 pp bar on m-small (seed 0, 0.35).
-    allowed_in_requests = min(allowed, policy.slo.capacity_miss_budget_pct / 100.0)
+    budget = policy.slo.capacity_miss_budget_pct / 100.0
+    allowed_in_requests = budget if budget < allowed else allowed  # (min(allowed, budget), as min keeps them)
     # The risk in requests (core/risk.py, expected_miss_share): the misses the drain adds per
     # arrival, against the same allowed share; without a request rate, the chance of any excess.
     # Asked when there is a risk (a level to measure from: ``level_now``) and the numbers it needs.

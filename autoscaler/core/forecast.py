@@ -83,7 +83,8 @@ def demand_changes(memory: Memory, policy: Policy, now: float, demand: float, le
     by_slot = memory.demand_by_slot
     if current is None or current[0] == slot:  # (most ticks: the three fields, as one dict)
         return {"demand_samples": samples, "demand_by_slot": by_slot,
-                "slot_now": (slot, demand if current is None else max(current[1], demand))}
+                # (max(current[1], demand), as max keeps them)
+                "slot_now": (slot, demand if current is None or demand > current[1] else current[1])}
     else:  # a new slot: score the seasonal forecast on the finished one, fold it into the history
         # and forget days past the horizon
         changes: dict = {"seasonal_skill": update_skill(memory, policy, current[0], current[1], lead_s).seasonal_skill}
@@ -181,10 +182,14 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
         # of the fitted line there (residual variance over n - 2), never below the level. Swings of
         # 1 to 8 within minutes fit a steep line with wide errors: no ramp; a steady rise fits a
         # line with narrow ones and keeps most of its projection.
-        residual = max(0.0, (sdd - sd * sd / n) - slope * sxy) / (n - 2)
+        # (each max of two written out as max keeps them, the later only when strictly above: a
+        # builtin's call costs more than the arithmetic here, at every tick)
+        residual = (sdd - sd * sd / n) - slope * sxy
+        residual = (residual if residual > 0.0 else 0.0) / (n - 2)
         x = now + horizon - mt
-        projection = max(level, projection - TREND_CONFIDENCE_Z * math.sqrt(residual * (1.0 / n + x * x / var)))
-    return max(0.0, level), max(0.0, projection)
+        low = projection - TREND_CONFIDENCE_Z * math.sqrt(residual * (1.0 / n + x * x / var))
+        projection = low if low > level else level
+    return (level if level > 0.0 else 0.0), (projection if projection > 0.0 else 0.0)
 
 
 # The trend's sums carried from tick to tick (``_exact_sums``): (the samples they are of, the time
