@@ -493,7 +493,7 @@ def _seasonal_peaks(memory: Memory, policy: Policy, now: float, lead_s: float) -
         centre = int((now - day * DAY_S) // SLOT_S)
         # The day's slots from one before the first moment to the last moment's lead time, read once:
         # moment k (slot centre - w + k) has its level at k, k + 1 and its slots ahead at k + 2 ...
-        row = [get(s) for s in range(centre - w - 1, centre + w + ahead + 1)]
+        row = list(map(get, range(centre - w - 1, centre + w + ahead + 1)))  # (the gets in C: 7 rows a slot)
         if None not in row:  # every slot known (most days): the same maxima without the None checks
             growths += _known_growths(day, cast(list[float], row), 2 * w + 1, ahead)
             days_used += 1
