@@ -399,8 +399,9 @@ _copy_with: Callable[[Memory, Mapping[str, Any]], Memory] = _namespace["_copy_wi
 
 # ``_copy_with`` made for one tuple of changed fields (the keys of a tick's changes, in their
 # order): each field written once, from the changes or from the memory, with no loop over the
-# changes and no setter looked up by name. A replay's ticks change a few dozen such tuples; at
-# every tick the copy took 5.4 us, this about 4 (the same fields get the same values).
+# changes and no setter looked up by name (the 14-day replay's ticks change 24 such tuples). At
+# every tick (timeit, 8 fields changed) 2.4-2.6 us a copy against 3.0-3.1 (the same fields get the
+# same values).
 _COPIERS: dict[tuple, Callable[[Memory, Mapping[str, Any]], Memory]] = {}
 
 
