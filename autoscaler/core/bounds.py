@@ -52,7 +52,14 @@ def local_time(policy: Policy, now: float) -> datetime:
 _FLEET_BOUNDS: dict[tuple[int, int], Bounds] = {}
 
 
+# (the policy the fleet's bounds were last given for, those bounds): a policy is frozen, and the
+# core asks at every tick (it holds the policy, so the identity cannot be reused by another)
+_LAST_FLEET_BOUNDS: list = [None, None]
+
+
 def effective_bounds(policy: Policy, now: float) -> Bounds:
+    if _LAST_FLEET_BOUNDS[0] is policy:
+        return _LAST_FLEET_BOUNDS[1]
     fleet = policy.fleet
     pin = policy.schedules.pin
     if pin is None and not policy.schedules.windows:
@@ -60,6 +67,7 @@ def effective_bounds(policy: Policy, now: float) -> Bounds:
         bounds = _FLEET_BOUNDS.get(key)
         if bounds is None:
             bounds = _FLEET_BOUNDS[key] = Bounds(key[0], key[1], "fleet", "fleet")
+        _LAST_FLEET_BOUNDS[:] = [policy, bounds]
         return bounds
     if pin is not None and now < pin.until.timestamp():
         n = min(max(pin.groups, fleet.floor_groups), fleet.ceiling_groups)

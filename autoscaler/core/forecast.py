@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autoscaler.core.risk import seasonal_weight, update_skill
+from autoscaler.core.risk import seasonal_weight, slots_ahead, update_skill
 from autoscaler.core.types import Memory, slot_init
 from autoscaler.policy.model import Policy
 
@@ -70,7 +70,6 @@ def record_demand(memory: Memory, policy: Policy, now: float, demand: float, lea
 
 def demand_changes(memory: Memory, policy: Policy, now: float, demand: float, lead_s: float = SLOT_S) -> dict:
     """``record_demand`` as the fields it changes (decide folds them into one copy of the memory)."""
-    changes: dict = {}
     cutoff = now - policy.forecast.trend_window_s
     samples = memory.demand_samples
     drop = 0
@@ -82,20 +81,21 @@ def demand_changes(memory: Memory, policy: Policy, now: float, demand: float, le
     slot = int(now // SLOT_S)
     current = memory.slot_now
     by_slot = memory.demand_by_slot
-    if current is None or current[0] == slot:
-        slot_now = (slot, demand if current is None else max(current[1], demand))
+    if current is None or current[0] == slot:  # (most ticks: the three fields, as one dict)
+        return {"demand_samples": samples, "demand_by_slot": by_slot,
+                # (max(current[1], demand), as max keeps them)
+                "slot_now": (slot, demand if current is None or demand > current[1] else current[1])}
     else:  # a new slot: score the seasonal forecast on the finished one, fold it into the history
         # and forget days past the horizon
-        changes["seasonal_skill"] = update_skill(memory, policy, current[0], current[1], lead_s).seasonal_skill
+        changes: dict = {"seasonal_skill": update_skill(memory, policy, current[0], current[1], lead_s).seasonal_skill}
         keep_from = slot - (policy.forecast.seasonal_days + 1) * (DAY_S // SLOT_S)
         by_slot = _slots_from(by_slot, keep_from)
         last = next(reversed(by_slot), None)
         by_slot[current[0]] = max(by_slot.get(current[0], 0.0), current[1])
         if _IN_ORDER[0] is by_slot:  # still in order when the slot comes after the last (as it does)
             _IN_ORDER[:] = [by_slot, len(by_slot)] if last is None or current[0] >= last else [None, -1]
-        slot_now = (slot, demand)
-    changes.update(demand_samples=samples, demand_by_slot=by_slot, slot_now=slot_now)
-    return changes
+        changes.update(demand_samples=samples, demand_by_slot=by_slot, slot_now=(slot, demand))
+        return changes
 
 
 # The seasonal history ``_slots_from`` returned last and ``demand_changes`` added its slot to, with
@@ -182,10 +182,14 @@ def _trend(samples: tuple[tuple[float, float], ...], now: float, horizon: float,
         # of the fitted line there (residual variance over n - 2), never below the level. Swings of
         # 1 to 8 within minutes fit a steep line with wide errors: no ramp; a steady rise fits a
         # line with narrow ones and keeps most of its projection.
-        residual = max(0.0, (sdd - sd * sd / n) - slope * sxy) / (n - 2)
+        # (each max of two written out as max keeps them, the later only when strictly above: a
+        # builtin's call costs more than the arithmetic here, at every tick)
+        residual = (sdd - sd * sd / n) - slope * sxy
+        residual = (residual if residual > 0.0 else 0.0) / (n - 2)
         x = now + horizon - mt
-        projection = max(level, projection - TREND_CONFIDENCE_Z * math.sqrt(residual * (1.0 / n + x * x / var)))
-    return max(0.0, level), max(0.0, projection)
+        low = projection - TREND_CONFIDENCE_Z * math.sqrt(residual * (1.0 / n + x * x / var))
+        projection = low if low > level else level
+    return (level if level > 0.0 else 0.0), (projection if projection > 0.0 else 0.0)
 
 
 # The trend's sums carried from tick to tick (``_exact_sums``): (the samples they are of, the time
@@ -208,7 +212,9 @@ def _carry_sums(old: tuple, samples: tuple, drop: int) -> None:
         return
     memo[0] = None
     t, d = samples[-1]
-    if not (_whole(t) and _whole(d) and (len(samples) == 1 or t > samples[-2][0])):
+    # (``_whole`` of both, written out: this runs at every tick)
+    if not (type(t) is float and type(d) is float and t.is_integer() and d.is_integer()
+            and (len(samples) == 1 or t > samples[-2][0])):
         return
     origin = memo[1]
     s_t, s_tt, s_d, s_td, s_dd = memo[2]
@@ -220,7 +226,8 @@ def _carry_sums(old: tuple, samples: tuple, drop: int) -> None:
         s_td -= i * j
         s_dd -= j * j
     i, j = int(t) - origin, int(d)
-    memo[:] = [samples, origin, (s_t + i, s_tt + i * i, s_d + j, s_td + i * j, s_dd + j * j)]
+    memo[2] = (s_t + i, s_tt + i * i, s_d + j, s_td + i * j, s_dd + j * j)  # (the origin stays)
+    memo[0] = samples
 
 
 def _exact_sums(samples: tuple[tuple[float, float], ...]) -> tuple[float, float, float, float, float] | None:
@@ -295,11 +302,11 @@ def seasonal_statistic(memory: Memory, policy: Policy, now: float, horizon: floa
 
 def seasonal_memo(memory: Memory, policy: Policy, now: float, horizon: float) -> Memory:
     """Memory whose ``seasonal_memo`` holds the statistic for this slot and horizon."""
-    key = (int(now // SLOT_S), max(1, math.ceil(horizon / SLOT_S)))
+    slot, ahead = int(now // SLOT_S), slots_ahead(horizon)
     memo = memory.seasonal_memo
-    if memo is not None and memo[:2] == key:
+    if memo is not None and memo[0] == slot and memo[1] == ahead:  # (no key tuple built at every tick)
         return memory
-    return memory.with_(seasonal_memo=(*key, seasonal_statistic(memory, policy, now, horizon)))
+    return memory.with_(seasonal_memo=(slot, ahead, seasonal_statistic(memory, policy, now, horizon)))
 
 
 def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon: float) -> ForecastResult:
@@ -309,7 +316,7 @@ def forecast(memory: Memory, policy: Policy, now: float, current: float, horizon
     fit = _trend(memory.demand_samples, now, horizon, policy.forecast.trend_window_s)
     level, trend = (fit if fit else (current, None))
     memo = memory.seasonal_memo
-    if memo is not None and memo[:2] == (int(now // SLOT_S), max(1, math.ceil(horizon / SLOT_S))):
+    if memo is not None and memo[0] == int(now // SLOT_S) and memo[1] == slots_ahead(horizon):
         stat = memo[2]
     else:
         stat = seasonal_statistic(memory, policy, now, horizon)

@@ -328,8 +328,12 @@ class Memory:
         return _copy_with(self, changes)
 
     def with_changes(self, changes: Mapping[str, Any]) -> Memory:
-        """``with_`` for changes already in a dict (the core gathers a tick's in one)."""
-        return _copy_with(self, changes)
+        """``with_`` for changes already in a dict (the core gathers a tick's in one), by a copier
+        made for the fields it changes (``_copier``)."""
+        copy = _COPIERS.get(tuple(changes))
+        if copy is None:
+            copy = _copier(tuple(changes))
+        return copy(self, changes)
 
 
 def _tail_list(tail: tuple) -> list:
@@ -392,6 +396,28 @@ _namespace: dict[str, Any] = {"_new": object.__new__, "Memory": Memory, "_SLOT_S
 _namespace.update({f"_set{i}": setter for i, setter in enumerate(_SLOT_SETTERS)})
 exec(_copy_with_source(), _namespace)
 _copy_with: Callable[[Memory, Mapping[str, Any]], Memory] = _namespace["_copy_with"]
+
+# ``_copy_with`` made for one tuple of changed fields (the keys of a tick's changes, in their
+# order): each field written once, from the changes or from the memory, with no loop over the
+# changes and no setter looked up by name (the 14-day replay's ticks change 24 such tuples). At
+# every tick (timeit, 8 fields changed) 2.4-2.6 us a copy against 3.0-3.1 (the same fields get the
+# same values).
+_COPIERS: dict[tuple, Callable[[Memory, Mapping[str, Any]], Memory]] = {}
+
+
+def _copier(names: tuple) -> Callable[[Memory, Mapping[str, Any]], Memory]:
+    """The copier for ``names`` (memoised, at most 256 of them); ``_copy_with`` itself for names
+    that are not all fields (it raises, as ``with_`` does) or once that many are made."""
+    if len(_COPIERS) >= 256 or not all(isinstance(n, str) and n in _SLOT_SETTER for n in names):
+        return _copy_with
+    lines = ["def _copy(self, changes):", "    new = _new(Memory)"]
+    lines += [f"    _set{i}(new, changes[{name!r}])" if name in names else f"    _set{i}(new, self.{name})"
+              for i, name in enumerate(_MEMORY_FIELDS)]
+    lines += ["    return new"]
+    space = dict(_namespace)
+    exec("\n".join(lines), space)
+    _COPIERS[names] = space["_copy"]
+    return space["_copy"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,10 +57,15 @@ class CoreController:
                              signals.ttft_over_target), self._fleet_out)
 
     def tick(self, now: float, signals: SignalSnapshot, fleet: FleetState):
-        if self.epoch_s:
-            signals, fleet = self._on_clock(signals, fleet)
-        decision, self.memory = decide(signals, fleet, self.policy, self.memory, now + self.epoch_s,
-                                       explain=self.keep)
+        epoch = self.epoch_s
+        if epoch:  # (_on_clock, written out: every tick)
+            if fleet is not self._fleet_in:
+                signals, fleet = self._on_clock(signals, fleet)
+            else:
+                signals = _snapshot_of(signals.at + epoch, signals.groups, signals.fleet, signals.problems,
+                                       signals.ttft_over_target)
+                fleet = self._fleet_out  # type: ignore[assignment]
+        decision, self.memory = decide(signals, fleet, self.policy, self.memory, now + epoch, explain=self.keep)
         pair = (decision.action, decision.reason)
         key = self._keys.get(pair)
         if key is None:

@@ -307,7 +307,11 @@ class _LatencyWindow:
         if not self.valid:
             if self.t:
                 m = len(self.ttft)
-                k = min(m - 1, max(0, math.ceil(self.quantile * m) - 1))
+                k = math.ceil(self.quantile * m) - 1  # within 0 .. m - 1 (two ifs: every scrape)
+                if k < 0:
+                    k = 0
+                if k > m - 1:
+                    k = m - 1
                 if k == m - 1:  # the highest (p99 of fewer than 100 first tokens): no sort needed
                     self.ttft_p, self.wait_p = max(self.ttft), max(self.wait)
                 else:
@@ -722,7 +726,8 @@ class _Replay:
                 continue
             running = float(k if k < slots_n else slots_n)
             queued = k - running
-            per[g.name] = _signals(running, queued, min(1.0, tokens / cap_tokens))
+            kv = tokens / cap_tokens  # (min(1.0, kv), written out as min keeps them: every group of every scrape)
+            per[g.name] = _signals(running, queued, kv if kv < 1.0 else 1.0)
             running_total += running
             queued_total += queued
         ttft_p, queue_p = latency.percentiles()
