@@ -7,6 +7,7 @@ started on SIGTERM)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -48,12 +49,16 @@ def pytest_unconfigure(config) -> None:
     folder = getattr(config, "stash_demo", None)
     if folder is not None:
         demo_run.stop(folder)
+    cache = getattr(config, "stash_cache", None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def pytest_configure(config) -> None:
     # ``simulate --compare`` caches reference replays under $XDG_CACHE_HOME: the tests' runs use
     # a folder of their own (inherited by the commands they start), not the user's cache.
-    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="autoscaler-test-cache-")
+    config.stash_cache = tempfile.mkdtemp(prefix="autoscaler-test-cache-")  # (removed at the end: traces are MBs)
+    os.environ["XDG_CACHE_HOME"] = config.stash_cache
     # The demo runs once per session, beside the tests (about three minutes of mostly waiting): the
     # xdist controller (or the only pytest process) starts it; the test processes inherit its folder.
     if not hasattr(config, "workerinput") and demo_run.ENV not in os.environ and _runs_the_demo_test(config):

@@ -234,6 +234,8 @@ def reference_cache(args: argparse.Namespace, trace: Trace, factor: float, polic
     if args.no_reference_cache:
         return None, {}
     root = Path(args.reference_cache) if args.reference_cache else default_dir()
+    if root is None:  # (no home folder and no $XDG_CACHE_HOME: nothing to cache in)
+        return None, {}
     cache = ReferenceCache(root, trace, factor, args.seed, policy, warmup_s)
     return cache, cache.lookup(reference_names(policy, sweep))
 

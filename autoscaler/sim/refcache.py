@@ -30,10 +30,22 @@ _CODE_FILES = (_SIM / "engine.py", _SIM / "controllers.py", _SIM / "peers.py", _
 _POLICY_SECTIONS = ("fleet", "simulation", "slo", "signals", "drain")
 
 
-def default_dir() -> Path:
-    """``$XDG_CACHE_HOME/fleet-autoscaler/references``, or under ``~/.cache``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fleet-autoscaler" / "references"
+def cache_home() -> Path | None:
+    """``$XDG_CACHE_HOME/fleet-autoscaler``, or under ``~/.cache``; None when neither is known (no
+    home folder: a service account, a bare container), and nothing is cached."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):
+            return None
+    return Path(base) / "fleet-autoscaler"
+
+
+def default_dir() -> Path | None:
+    """``cache_home()/references``: None without one (every reference is replayed)."""
+    home = cache_home()
+    return None if home is None else home / "references"
 
 
 def _code_digest() -> bytes:

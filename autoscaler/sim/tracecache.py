@@ -11,11 +11,15 @@ peak use, the seed, the policy sections load scaling reads (``fleet``, ``simulat
 of the modules that read and scale a trace, and numpy's version (its generators draw the
 arrivals). A changed file, setting or code is a new key; nothing is invalidated in place.
 
-Each entry is one pickle (the Trace with its rate windows, the load scale, the info, and the
-warnings preparing it logged, which a hit logs again). Pickles run code when read: the folder is
-made only its owner can open (0700), as for any cache of one's own. At most ``MAX_ENTRIES`` are
-kept (a 14-day trace is about 12 MB); the least recently used go first. An entry that cannot be
-read is prepared again and written over; a folder that cannot be written is no error.
+Each entry is one pickle named ``<sha256>.pickle`` (the Trace with its rate windows, the load
+scale, the info, and the warnings preparing it logged or raised, which a hit gives again). Pickles
+run code when read: the folder is made only its owner can open (0700), and an entry is read only
+from a folder and a file that the user running it owns and no one else can write (as ssh treats
+its keys); otherwise the trace is prepared without the cache. At most ``MAX_ENTRIES`` entries and
+``MAX_BYTES`` in all are kept (a 14-day ServeGen trace is about 12.6 MB; the newest entry always);
+the least recently used go first, and only files named as entries are ever removed. An entry that cannot be read is prepared
+again and written over; a folder that cannot be written is no error, nor is a home folder that
+cannot be found (no cache then).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import hashlib
 import logging
 import os
 import pickle
+import re
+import stat
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,7 @@ import numpy as np
 
 from autoscaler.policy.model import Policy
 from autoscaler.sim import backtest
+from autoscaler.sim.refcache import cache_home
 from autoscaler.sim.traces import Trace
 
 log = logging.getLogger(__name__)
@@ -42,32 +50,61 @@ _DATA = _SIM / "data"
 _POLICY_SECTIONS = ("fleet", "simulation")
 FORMAT_VERSION = 1
 MAX_ENTRIES = 8
+MAX_BYTES = 1 << 30  # 1 GiB in all
+_ENTRY = re.compile(r"^[0-9a-f]{64}\.pickle$")
 
 
-def default_dir() -> Path:
-    """``$XDG_CACHE_HOME/fleet-autoscaler/traces``, or under ``~/.cache``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fleet-autoscaler" / "traces"
+def default_dir() -> Path | None:
+    """``$XDG_CACHE_HOME/fleet-autoscaler/traces``, or under ``~/.cache``; None without either."""
+    home = cache_home()
+    return None if home is None else home / "traces"
+
+
+def _file(h: Any, name: str, path: Path) -> None:
+    """One file into the key: its name and its digest, each with its length (no two splits of the
+    same bytes into files hash alike), read in blocks (a trace of gigabytes is not held in memory)."""
+    with path.open("rb") as f:
+        digest = hashlib.file_digest(f, "sha256").digest()
+    h.update(f"{len(name)}:{name}:".encode() + digest)
 
 
 def _code_digest(h: Any) -> None:
     for f in _CODE_FILES:
-        h.update(f.read_bytes())
+        _file(h, f.name, f)
     for f in sorted(_DATA.glob("*")) if _DATA.is_dir() else ():  # the length table the draws pick from
         if f.is_file():
-            h.update(f.name.encode() + b"|" + f.read_bytes())
+            _file(h, f.name, f)
     h.update(f"numpy {np.__version__}".encode())
 
 
 def _source_digest(h: Any, path: Path) -> None:
     """The trace's bytes: the file, or each regular file of a directory (by name; the loaders read
-    no deeper). A path that is neither is left to the loader's own error."""
+    no deeper)."""
     if path.is_dir():
         for f in sorted(path.iterdir()):
             if f.is_file():
-                h.update(f.name.encode() + b"|" + f.read_bytes() + b"|")
+                _file(h, f.name, f)
     else:
-        h.update(path.read_bytes())
+        _file(h, "", path)
+
+
+def _cacheable(path: Path) -> bool:
+    """A regular file or a folder (a pipe would be read up by the key, a device is no trace)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def _trusted(path: Path) -> bool:
+    """Owned by this user and writable by no one else (an entry is a pickle: whoever can write it
+    runs code as the reader)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def cache_key(path: str, fmt: str, policy: Policy, peak_utilization: float, seed: int,
@@ -85,7 +122,8 @@ def cache_key(path: str, fmt: str, policy: Policy, peak_utilization: float, seed
 
 class _Capture(logging.Handler):
     """The records preparing a trace logs (load scaling's few-requests warning, ...), to log again
-    on a hit: a cached trace warns as the first run did."""
+    on a hit: a cached trace warns as the first run did. (Records below the first run's level never
+    reach it: a later run at a more verbose level sees only those the first run kept.)"""
 
     def __init__(self) -> None:
         super().__init__(logging.NOTSET)
@@ -98,41 +136,61 @@ class _Capture(logging.Handler):
 def prepare_trace(root: Path | None, path: str, fmt: str, policy: Policy, peak_utilization: float, seed: int,
                   start_at: datetime | None = None, skip_bad_rows: bool = False) -> tuple[Trace, float, dict]:
     """``backtest.prepare_trace`` through the cache under ``root`` (None: no cache)."""
-    if root is None or not Path(path).exists():
+    if root is None or not _cacheable(Path(path)):  # (a missing path: the loader's own error)
         return backtest.prepare_trace(path, fmt, policy, peak_utilization, seed, start_at, skip_bad_rows)
     try:
         key = cache_key(path, fmt, policy, peak_utilization, seed, start_at, skip_bad_rows)
     except OSError:  # unreadable: the loader says what is wrong
         return backtest.prepare_trace(path, fmt, policy, peak_utilization, seed, start_at, skip_bad_rows)
     entry = root / f"{key}.pickle"
-    hit = _read(entry)
+    hit = _read(root, entry)
     if hit is not None:
         for name, level, message in hit["logs"]:
             logging.getLogger(name).log(level, "%s", message)
+        _warn_again(hit["warnings"])
         return hit["trace"], hit["factor"], hit["info"]
     capture = _Capture()
     top = logging.getLogger("autoscaler")
     top.addHandler(capture)
     try:
-        trace, factor, info = backtest.prepare_trace(path, fmt, policy, peak_utilization, seed, start_at,
-                                                     skip_bad_rows)
+        with warnings.catch_warnings(record=True) as raised:
+            warnings.simplefilter("always")
+            trace, factor, info = backtest.prepare_trace(path, fmt, policy, peak_utilization, seed, start_at,
+                                                         skip_bad_rows)
     finally:
         top.removeHandler(capture)
+    # (recorded to be given again on a hit; given now, through the filters the caller has)
+    said = [(w.category.__name__, str(w.message), w.filename, w.lineno) for w in raised]
+    _warn_again(said)
     _write(root, entry, {"version": FORMAT_VERSION, "trace": trace, "factor": factor, "info": info,
-                         "logs": capture.records})
+                         "logs": capture.records, "warnings": said})
     return trace, factor, info
 
 
-def _read(entry: Path) -> dict | None:
+def _warn_again(said: list[tuple[str, str, str, int]]) -> None:
+    for category, message, filename, lineno in said:
+        warnings.warn_explicit(message, _WARNINGS.get(category, RuntimeWarning), filename, lineno)
+
+
+_WARNINGS: dict[str, type[Warning]] = {c.__name__: c for c in (
+    Warning, UserWarning, RuntimeWarning, DeprecationWarning, FutureWarning, ResourceWarning)}
+
+
+def _read(root: Path, entry: Path) -> dict | None:
+    if not entry.exists():
+        return None
+    if not (_trusted(root) and _trusted(entry)):
+        log.warning("trace cache %s: not read (a folder or file another user owns or can write: whoever can "
+                    "write it runs code as this one); the trace is prepared again", entry)
+        return None
     try:
         with entry.open("rb") as f:
             data = pickle.load(f)
-    except FileNotFoundError:
-        return None
     except Exception as exc:  # truncated, from another version, unreadable: prepared again
         log.debug("trace cache %s: unreadable (%s): prepared again", entry, exc)
         return None
-    if not (isinstance(data, dict) and data.get("version") == FORMAT_VERSION and isinstance(data.get("trace"), Trace)):
+    if not (isinstance(data, dict) and data.get("version") == FORMAT_VERSION and isinstance(data.get("trace"), Trace)
+            and all(k in data for k in ("factor", "info", "logs", "warnings"))):
         return None
     try:
         os.utime(entry)  # (recently used: pruned last)
@@ -142,16 +200,38 @@ def _read(entry: Path) -> dict | None:
 
 
 def _write(root: Path, entry: Path, data: dict) -> None:
-    """Store one entry (atomically) and keep the ``MAX_ENTRIES`` most recently used; a cache that
-    cannot be written is no error (the trace is prepared)."""
+    """Store one entry (atomically) and keep the most recently used within ``MAX_ENTRIES`` and
+    ``MAX_BYTES``; a cache that cannot be written is no error (the trace is prepared). Only files
+    named as entries are removed: a folder given with ``--trace-cache`` may hold others."""
+    tmp = entry.with_suffix(f".{os.getpid()}.tmp")
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = entry.with_suffix(f".{os.getpid()}.tmp")
         with tmp.open("wb") as f:
             pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.chmod(tmp, 0o600)
         tmp.replace(entry)  # a concurrent reader sees the whole file or none
-        entries = sorted(root.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in entries[MAX_ENTRIES:]:
-            old.unlink(missing_ok=True)
-    except OSError as exc:
+        _prune(root)
+    except Exception as exc:  # (best effort: disk full, an interrupted write, a folder not ours)
         log.debug("trace cache %s: not written (%s)", root, exc)
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)  # (after the replace there is none; after a failure, the partial file)
+        except OSError:
+            pass
+
+
+def _prune(root: Path) -> None:
+    entries = []
+    for p in root.iterdir():
+        if _ENTRY.match(p.name):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            entries.append((st.st_mtime, st.st_size, p))
+    entries.sort(key=lambda e: e[0], reverse=True)
+    total = 0
+    for i, (_, size, p) in enumerate(entries):
+        total += size
+        if i >= MAX_ENTRIES or (total > MAX_BYTES and i > 0):
+            p.unlink(missing_ok=True)
