@@ -95,7 +95,7 @@ def test_the_rate_need_is_the_rate_oracles_and_its_bar_the_rate_oracles_node_hou
     assert out["oracle_node_hours"] == node_hours(RateOracleController(trace, policy, draws))
     assert out["oracle_node_hours"] != node_hours(OracleController(trace, policy))  # (the bar is not the oracle's)
     needed = groups_needed(draws.max(axis=0), policy)
-    reactor = node_hours(reactive_bound.ReactiveController(trace, policy, 0, 0, needed[:len(needed)]))
+    reactor = node_hours(reactive_bound.ReactiveController(trace, policy, 0, 0, needed))
     assert out["reactive"][0]["node_hours"] == reactor
     best = out["best"]
     assert out["meets"] == (best is not None and best["x_oracle"] <= 1.0 + 1e-9)

@@ -133,7 +133,17 @@ def test_the_code_that_prepares_a_trace_is_in_the_key():
     keyed = {f.resolve() for f in tracecache._CODE_FILES}
     for module in (backtest, autoscaler.sim.traces, autoscaler.sim.loadscale, tracecache):
         assert Path(module.__file__).resolve() in keyed, module.__name__
-    assert (tracecache._DATA / "azure_conv_lengths.csv").exists() or list(tracecache._DATA.glob("*.csv"))
+
+
+def test_the_length_table_the_draws_pick_from_is_in_the_key(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    shutil.copytree(tracecache._DATA, data)
+    monkeypatch.setattr(tracecache, "_DATA", data)
+    args = (str(AZURE), "auto", POLICY, 0.5, 0, None, False)
+    before = tracecache.cache_key(*args)
+    table = next(data.glob("*.csv"))
+    table.write_text(table.read_text() + "1,1\n")
+    assert tracecache.cache_key(*args) != before
 
 
 def test_a_changed_code_file_is_a_miss(tmp_path, counted, monkeypatch):

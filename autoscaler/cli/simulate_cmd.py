@@ -121,7 +121,8 @@ def _check_source(args: argparse.Namespace) -> None:
         if args.to <= args.from_:
             raise BadInput("simulate --from-prometheus: --to must be after --from")
         for flag, given in (("--trace-format", args.trace_format != "auto"), ("--start-at", args.start_at is not None),
-                            ("--skip-bad-rows", args.skip_bad_rows)):
+                            ("--skip-bad-rows", args.skip_bad_rows), ("--trace-cache", args.trace_cache is not None),
+                            ("--no-trace-cache", args.no_trace_cache)):
             if given:
                 raise BadInput(f"simulate: {flag} applies to --trace, not to --from-prometheus")
     else:

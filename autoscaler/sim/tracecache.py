@@ -136,12 +136,16 @@ class _Capture(logging.Handler):
 def prepare_trace(root: Path | None, path: str, fmt: str, policy: Policy, peak_utilization: float, seed: int,
                   start_at: datetime | None = None, skip_bad_rows: bool = False) -> tuple[Trace, float, dict]:
     """``backtest.prepare_trace`` through the cache under ``root`` (None: no cache)."""
-    if root is None or not _cacheable(Path(path)):  # (a missing path: the loader's own error)
+
+    def prepare() -> tuple[Trace, float, dict]:
         return backtest.prepare_trace(path, fmt, policy, peak_utilization, seed, start_at, skip_bad_rows)
+
+    if root is None or not _cacheable(Path(path)):  # (a missing path: the loader's own error)
+        return prepare()
     try:
         key = cache_key(path, fmt, policy, peak_utilization, seed, start_at, skip_bad_rows)
     except OSError:  # unreadable: the loader says what is wrong
-        return backtest.prepare_trace(path, fmt, policy, peak_utilization, seed, start_at, skip_bad_rows)
+        return prepare()
     entry = root / f"{key}.pickle"
     hit = _read(root, entry)
     if hit is not None:
@@ -155,8 +159,7 @@ def prepare_trace(root: Path | None, path: str, fmt: str, policy: Policy, peak_u
     try:
         with warnings.catch_warnings(record=True) as raised:
             warnings.simplefilter("always")
-            trace, factor, info = backtest.prepare_trace(path, fmt, policy, peak_utilization, seed, start_at,
-                                                         skip_bad_rows)
+            trace, factor, info = prepare()
     finally:
         top.removeHandler(capture)
     # (recorded to be given again on a hit; given now, through the filters the caller has)
